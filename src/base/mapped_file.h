@@ -1,0 +1,45 @@
+// A read-only memory-mapped file. Weights are used in place from the mapping (zero copy), so a
+// model's resident memory is the pages actually touched, shared between processes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace pocket {
+
+class MappedFile {
+ public:
+  static StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
+
+ private:
+  MappedFile(std::string path, const uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Whole-file read into memory (for small files: config.json, tokenizer.bin).
+StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `contents` to `path` by writing a temporary file beside it and renaming it into place, so
+// a failure never leaves a partial file and a reader never sees one.
+Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+bool FileExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+
+}  // namespace pocket

@@ -1,0 +1,21 @@
+// Process memory figures (for `pocket bench` and load reports).
+#pragma once
+
+#include <cstdint>
+
+namespace pocket {
+
+struct ProcessMemory {
+  uint64_t rss_bytes = 0;       // resident now
+  uint64_t peak_rss_bytes = 0;  // high-water mark since start (or since ResetPeakRss)
+};
+
+// Reads /proc/self/status on Linux; zeros where the platform does not say.
+ProcessMemory ReadProcessMemory();
+// Resets the kernel's high-water mark (Linux: writes 5 to /proc/self/clear_refs). Returns false if
+// the platform refused, in which case the peak includes earlier work.
+bool ResetPeakRss();
+// CPU time (user + system) used by the process so far, in seconds.
+double ProcessCpuSeconds();
+
+}  // namespace pocket

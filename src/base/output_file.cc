@@ -1,0 +1,111 @@
+#include "base/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace pocket {
+
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+StatusOr<OutputFile> OutputFile::Create(const std::string& path,
+                                        const std::vector<std::string>& inputs) {
+  if (path.empty()) return InvalidArgumentError("output path is empty");
+  for (const std::string& input : inputs) {
+    if (SameFile(path, input)) {
+      return InvalidArgumentError("output ", path, " is the input file ", input,
+                                  "; refusing to overwrite the input");
+    }
+  }
+  std::string tmpl = path + ".tmp.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  int fd = ::mkstemp(buf.data());
+  if (fd < 0) return IoError("cannot create a temporary file beside ", path, ": ", std::strerror(errno));
+  ::fchmod(fd, 0644);
+  return OutputFile(path, std::string(buf.data()), fd);
+}
+
+OutputFile::OutputFile(OutputFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      tmp_path_(std::move(other.tmp_path_)),
+      fd_(other.fd_),
+      bytes_written_(other.bytes_written_) {
+  other.fd_ = -1;
+  other.tmp_path_.clear();
+}
+
+OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    path_ = std::move(other.path_);
+    tmp_path_ = std::move(other.tmp_path_);
+    fd_ = other.fd_;
+    bytes_written_ = other.bytes_written_;
+    other.fd_ = -1;
+    other.tmp_path_.clear();
+  }
+  return *this;
+}
+
+OutputFile::~OutputFile() { Abandon(); }
+
+void OutputFile::Abandon() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+  tmp_path_.clear();
+}
+
+Status OutputFile::Write(const void* data, size_t n_bytes) {
+  if (fd_ < 0) return FailedPreconditionError("output file ", path_, " is closed");
+  const char* p = static_cast<const char*>(data);
+  while (n_bytes > 0) {
+    ssize_t n = ::write(fd_, p, n_bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError("cannot write ", tmp_path_, ": ", std::strerror(errno));
+    }
+    p += n;
+    n_bytes -= static_cast<size_t>(n);
+    bytes_written_ += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status OutputFile::WriteZeros(size_t n_bytes) {
+  static const char kZeros[256] = {};
+  while (n_bytes > 0) {
+    size_t n = n_bytes < sizeof(kZeros) ? n_bytes : sizeof(kZeros);
+    POCKET_RETURN_IF_ERROR(Write(kZeros, n));
+    n_bytes -= n;
+  }
+  return Status::Ok();
+}
+
+Status OutputFile::Commit() {
+  if (fd_ < 0) return FailedPreconditionError("output file ", path_, " is closed");
+  if (::fsync(fd_) != 0 && errno != EINVAL) {
+    return IoError("cannot flush ", tmp_path_, ": ", std::strerror(errno));
+  }
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    return IoError("cannot close ", tmp_path_, ": ", std::strerror(errno));
+  }
+  fd_ = -1;
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    return IoError("cannot rename ", tmp_path_, " to ", path_, ": ", std::strerror(errno));
+  }
+  tmp_path_.clear();
+  return Status::Ok();
+}
+
+}  // namespace pocket

@@ -1,0 +1,45 @@
+// An output file written to `PATH.tmp.XXXXXX` and renamed to PATH by Commit(). Destroying it
+// without Commit() removes the temporary, so a failed tool leaves no partial output. Refuses to
+// write over the file it is reading from (the caller passes the input paths to check).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace pocket {
+
+class OutputFile {
+ public:
+  // `inputs`: paths the tool reads; writing to one of them is refused.
+  static StatusOr<OutputFile> Create(const std::string& path,
+                                     const std::vector<std::string>& inputs = {});
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&& other) noexcept;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();
+
+  Status Write(const void* data, size_t n_bytes);
+  Status WriteZeros(size_t n_bytes);
+  uint64_t bytes_written() const { return bytes_written_; }
+  // Flushes, closes and renames into place.
+  Status Commit();
+
+ private:
+  OutputFile(std::string path, std::string tmp_path, int fd)
+      : path_(std::move(path)), tmp_path_(std::move(tmp_path)), fd_(fd) {}
+  void Abandon();
+  std::string path_;
+  std::string tmp_path_;
+  int fd_ = -1;
+  uint64_t bytes_written_ = 0;
+};
+
+// True when a and b name the same existing file (same device and inode).
+bool SameFile(const std::string& a, const std::string& b);
+
+}  // namespace pocket
