@@ -38,7 +38,7 @@ inline uint16_t FloatToFp16(float f) {
   const uint32_t x = FloatToBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (abs < 0x38800000u) {
     // Result is subnormal or zero: value / 2^-24, rounded to nearest even.
@@ -56,7 +56,9 @@ inline uint16_t FloatToFp16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+inline float Bf16ToFloat(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t FloatToBf16(float f) {
   uint32_t x = FloatToBits(f);

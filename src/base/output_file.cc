@@ -11,7 +11,8 @@
 namespace pocket {
 
 bool SameFile(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
@@ -29,7 +30,8 @@ StatusOr<OutputFile> OutputFile::Create(const std::string& path,
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   int fd = ::mkstemp(buf.data());
-  if (fd < 0) return IoError("cannot create a temporary file beside ", path, ": ", std::strerror(errno));
+  if (fd < 0)
+    return IoError("cannot create a temporary file beside ", path, ": ", std::strerror(errno));
   ::fchmod(fd, 0644);
   return OutputFile(path, std::string(buf.data()), fd);
 }
@@ -56,7 +58,9 @@ OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
   return *this;
 }
 
-OutputFile::~OutputFile() { Abandon(); }
+OutputFile::~OutputFile() {
+  Abandon();
+}
 
 void OutputFile::Abandon() {
   if (fd_ >= 0) ::close(fd_);

@@ -4,17 +4,28 @@ namespace pocket {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kDataLoss: return "DataLoss";
-    case StatusCode::kUnimplemented: return "Unimplemented";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kCancelled: return "Cancelled";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kIo: return "Io";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kDataLoss:
+      return "DataLoss";
+    case StatusCode::kUnimplemented:
+      return "Unimplemented";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kIo:
+      return "Io";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

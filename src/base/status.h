@@ -14,16 +14,16 @@ namespace pocket {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,   // the caller passed something wrong (bad flag, id out of range)
-  kNotFound = 2,          // a file, tensor or key that must exist does not
-  kDataLoss = 3,          // a file is corrupt or truncated
-  kUnimplemented = 4,     // valid input we do not support (tensor type, architecture)
-  kOutOfRange = 5,        // a prompt longer than the context, a position past the cache
-  kResourceExhausted = 6, // allocation failed, budget exceeded
-  kCancelled = 7,         // stopped on request
-  kFailedPrecondition = 8,// the object is not in a state for this call
-  kIo = 9,                // the operating system refused (open, read, mmap, rename)
-  kInternal = 10,         // a bug in pocket
+  kInvalidArgument = 1,     // the caller passed something wrong (bad flag, id out of range)
+  kNotFound = 2,            // a file, tensor or key that must exist does not
+  kDataLoss = 3,            // a file is corrupt or truncated
+  kUnimplemented = 4,       // valid input we do not support (tensor type, architecture)
+  kOutOfRange = 5,          // a prompt longer than the context, a position past the cache
+  kResourceExhausted = 6,   // allocation failed, budget exceeded
+  kCancelled = 7,           // stopped on request
+  kFailedPrecondition = 8,  // the object is not in a state for this call
+  kIo = 9,                  // the operating system refused (open, read, mmap, rename)
+  kInternal = 10,           // a bug in pocket
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -120,9 +120,9 @@ class [[nodiscard]] StatusOr {
 #define POCKET_CONCAT_INNER_(a, b) a##b
 #define POCKET_CONCAT_(a, b) POCKET_CONCAT_INNER_(a, b)
 
-#define POCKET_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::pocket::Status pocket_status_ = (expr);     \
+#define POCKET_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::pocket::Status pocket_status_ = (expr);        \
     if (!pocket_status_.ok()) return pocket_status_; \
   } while (0)
 

@@ -1,4 +1,5 @@
-// Small string helpers (C++20 on GCC 12 has no <format>; the core library avoids fmt to stay light).
+// Small string helpers (C++20 on GCC 12 has no <format>; the core library avoids fmt to stay
+// light).
 #pragma once
 
 #include <cstdint>
@@ -10,13 +11,27 @@
 namespace pocket {
 
 namespace internal {
-inline void StrAppendOne(std::ostringstream& os, const std::string& v) { os << v; }
-inline void StrAppendOne(std::ostringstream& os, std::string_view v) { os << v; }
-inline void StrAppendOne(std::ostringstream& os, const char* v) { os << v; }
-inline void StrAppendOne(std::ostringstream& os, char v) { os << v; }
-inline void StrAppendOne(std::ostringstream& os, bool v) { os << (v ? "true" : "false"); }
-inline void StrAppendOne(std::ostringstream& os, int8_t v) { os << static_cast<int>(v); }
-inline void StrAppendOne(std::ostringstream& os, uint8_t v) { os << static_cast<unsigned>(v); }
+inline void StrAppendOne(std::ostringstream& os, const std::string& v) {
+  os << v;
+}
+inline void StrAppendOne(std::ostringstream& os, std::string_view v) {
+  os << v;
+}
+inline void StrAppendOne(std::ostringstream& os, const char* v) {
+  os << v;
+}
+inline void StrAppendOne(std::ostringstream& os, char v) {
+  os << v;
+}
+inline void StrAppendOne(std::ostringstream& os, bool v) {
+  os << (v ? "true" : "false");
+}
+inline void StrAppendOne(std::ostringstream& os, int8_t v) {
+  os << static_cast<int>(v);
+}
+inline void StrAppendOne(std::ostringstream& os, uint8_t v) {
+  os << static_cast<unsigned>(v);
+}
 template <typename T>
 void StrAppendOne(std::ostringstream& os, const T& v) {
   os << v;
