@@ -20,6 +20,7 @@ class ByteReader {
   size_t size() const { return size_; }
   size_t remaining() const { return size_ - offset_; }
   const uint8_t* data() const { return data_; }
+  std::string_view what() const { return what_; }
 
   template <typename T>
   Status Read(T* out, std::string_view field) {
