@@ -337,8 +337,8 @@ Status GgufFile::ParseValue(ByteReader& r, GgufType type, GgufValue* out, int de
       // the file is corrupt; this also bounds the allocations below.
       const uint64_t min_bytes = elem_bytes != 0 ? elem_bytes : (elem_type == 8 ? 8 : 12);
       if (out->count > r.remaining() / min_bytes) {
-        return DataLossError(name_, ": metadata ", key, ": array of ", out->count, " ",
-                             GgufTypeName(out->elem_type), " at offset ", at,
+        return DataLossError(name_, ": truncated or corrupt: metadata ", key, ": array of ",
+                             out->count, " ", GgufTypeName(out->elem_type), " at offset ", at,
                              " does not fit in the file");
       }
       if (elem_bytes != 0) {
@@ -394,10 +394,12 @@ Status GgufFile::ParseAll() {
   POCKET_RETURN_IF_ERROR(r.Read(&n_kv, "metadata count"));
   // A key/value takes at least 12 bytes and a tensor info at least 28: bound before reserving.
   if (n_kv > r.remaining() / 12) {
-    return DataLossError(name_, ": metadata count ", n_kv, " does not fit in the file");
+    return DataLossError(name_, ": truncated or corrupt: metadata count ", n_kv,
+                         " does not fit in the file (", size_, " bytes)");
   }
   if (n_tensors > r.remaining() / 28) {
-    return DataLossError(name_, ": tensor count ", n_tensors, " does not fit in the file");
+    return DataLossError(name_, ": truncated or corrupt: tensor count ", n_tensors,
+                         " does not fit in the file (", size_, " bytes)");
   }
 
   kv_.reserve(static_cast<size_t>(n_kv));
@@ -438,7 +440,7 @@ Status GgufFile::ParseAll() {
     std::string_view name;
     POCKET_RETURN_IF_ERROR(ReadString(r, &name, StrCat("tensor #", t, " name")));
     TensorInfo info;
-    info.name = std::string(name);
+    info.name = name.empty() ? StrCat("#", t, " (empty name)") : std::string(name);
     if (!seen.emplace(name, t).second) {
       return DataLossError(name_, ": tensor ", QuoteBytes(name), " appears twice");
     }

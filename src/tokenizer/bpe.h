@@ -1,7 +1,7 @@
 // The BPE merge loop, shared by byte-level BPE (merge by rank) and the llama2.c tokenizer (merge by
-// score). It is a port of Hugging Face tokenizers' Word::merge_all: a linked list of symbols and a
-// heap of candidate merges ordered by (priority, position), with stale candidates skipped when
-// popped. O(n log n) in the number of symbols.
+// score). It reproduces the merge order of Hugging Face tokenizers (lowest priority first, leftmost
+// on ties): a linked list of symbols and a heap of candidate merges ordered by (priority,
+// position), with stale candidates skipped when popped. O(n log n) in the number of symbols.
 #pragma once
 
 #include <algorithm>

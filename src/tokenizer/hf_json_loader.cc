@@ -396,28 +396,42 @@ StatusOr<TokenizerSpec> SpecFromJson(TokenizerJsonHandler& parsed) {
   return spec;
 }
 
+StatusOr<TokenizerSpec> ParseHfTokenizerJson(std::string_view json, const std::string& name) {
+  try {
+    TokenizerJsonHandler handler;
+    const bool ok = Json::sax_parse(json.data(), json.data() + json.size(), &handler);
+    if (!ok || !handler.error.empty()) {
+      return DataLossError(name, ": ", handler.error.empty() ? "not valid JSON" : handler.error);
+    }
+    StatusOr<TokenizerSpec> parsed = SpecFromJson(handler);
+    if (!parsed.ok()) return parsed.status().WithContext(name);
+    return parsed;
+  } catch (const std::exception& e) {
+    return DataLossError(name, ": ", e.what());
+  }
+}
+
 }  // namespace
+
+StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromHfJson(std::string_view json,
+                                                                 const std::string& name) {
+  POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec, ParseHfTokenizerJson(json, name));
+  return FromSpec(std::move(spec));
+}
 
 StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromHfJsonFile(const std::string& path) {
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  TokenizerSpec spec;
-  try {
-    TokenizerJsonHandler handler;
-    const char* begin = reinterpret_cast<const char*>(file->data());
-    const bool ok = Json::sax_parse(begin, begin + file->size(), &handler);
-    if (!ok || !handler.error.empty()) {
-      return DataLossError(path, ": ", handler.error.empty() ? "not valid JSON" : handler.error);
+  POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec, ParseHfTokenizerJson(file->bytes(), path));
+  const size_t slash = path.find_last_of('/');
+  const std::string config_path =
+      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+      "tokenizer_config.json";
+  if (FileExists(config_path)) {
+    try {
+      POCKET_RETURN_IF_ERROR(ReadTokenizerConfig(config_path, &spec));
+    } catch (const std::exception& e) {
+      return DataLossError(config_path, ": ", e.what());
     }
-    StatusOr<TokenizerSpec> parsed = SpecFromJson(handler);
-    if (!parsed.ok()) return parsed.status().WithContext(path);
-    spec = std::move(parsed).value();
-    const size_t slash = path.find_last_of('/');
-    const std::string config_path =
-        (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-        "tokenizer_config.json";
-    if (FileExists(config_path)) POCKET_RETURN_IF_ERROR(ReadTokenizerConfig(config_path, &spec));
-  } catch (const std::exception& e) {
-    return DataLossError(path, ": ", e.what());
   }
   return FromSpec(std::move(spec));
 }

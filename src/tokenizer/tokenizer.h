@@ -64,6 +64,9 @@ class Tokenizer {
   static StatusOr<std::shared_ptr<const Tokenizer>> FromSpec(TokenizerSpec spec);
   // tokenizer.json; reads tokenizer_config.json beside it when present (chat template, eos).
   static StatusOr<std::shared_ptr<const Tokenizer>> FromHfJsonFile(const std::string& path);
+  // tokenizer.json text already in memory (no tokenizer_config.json); `name` is used in messages.
+  static StatusOr<std::shared_ptr<const Tokenizer>> FromHfJson(std::string_view json,
+                                                               const std::string& name);
   // llama2.c tokenizer.bin; the vocabulary size is not stored in the file.
   static StatusOr<std::shared_ptr<const Tokenizer>> FromLlama2cFile(const std::string& path,
                                                                     int32_t vocab_size);

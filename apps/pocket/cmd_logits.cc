@@ -1,0 +1,84 @@
+// pocket logits: float32 logits of a token sequence as .npy, [n_positions, vocab] (only the last
+// position unless --all). --decode-from K evaluates the first K tokens as one prefill and the rest
+// one token at a time through the KV cache, which is how tests check the decode path.
+#include <vector>
+
+#include "common.h"
+#include "npy.h"
+#include "runtime/session.h"
+
+namespace pocket::cli {
+
+Command AddLogitsCommand(CLI::App& root) {
+  auto* app = root.add_subcommand("logits", "write the logits of a token sequence as .npy");
+  struct Flags {
+    std::string model, tokenizer, ids, out;
+    bool all = false;
+    int32_t decode_from = -1;
+    int32_t n_batch = 128;
+  };
+  auto f = std::make_shared<Flags>();
+  app->add_option("-m,--model", f->model, "the model")->required();
+  app->add_option("--tokenizer", f->tokenizer, "tokenizer (unused; for symmetry with run)");
+  app->add_option("--ids", f->ids, "comma-separated token ids, e.g. 1,2,3")->required();
+  app->add_flag("--all", f->all, "logits of every position, not only the last");
+  app->add_option("--decode-from", f->decode_from,
+                  "prefill the first K tokens, then decode the rest one at a time");
+  app->add_option("-b,--batch", f->n_batch, "prefill chunk size")->capture_default_str();
+  app->add_option("-o,--output", f->out, "output .npy file")->required();
+  return {
+      app, [=]() -> int {
+        std::vector<int32_t> ids;
+        for (const std::string& part : SplitString(f->ids, ',')) {
+          char* end = nullptr;
+          const long v = std::strtol(part.c_str(), &end, 10);
+          if (part.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+            return ReportError(
+                InvalidArgumentError("--ids: ", QuoteBytes(part), " is not a token id"));
+          }
+          ids.push_back(static_cast<int32_t>(v));
+        }
+        auto model = LoadModel(f->model, f->tokenizer, false);
+        if (!model.ok()) return ReportError(model.status());
+        const int32_t vocab = (*model)->config().vocab_size;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] >= vocab) {
+            return ReportError(OutOfRangeError("--ids: id ", ids[i], " at position ", i,
+                                               " is outside the vocabulary of ", vocab));
+          }
+        }
+        SessionOptions so;
+        so.n_ctx = static_cast<int32_t>(ids.size());
+        so.n_batch = f->n_batch;
+        if (static_cast<int32_t>(ids.size()) > (*model)->config().n_ctx_train) {
+          return ReportError(OutOfRangeError(ids.size(), " ids exceed the model's context of ",
+                                             (*model)->config().n_ctx_train));
+        }
+        auto session = Session::Create(*model, so);
+        if (!session.ok()) return ReportError(session.status());
+        const size_t n = ids.size();
+        std::vector<float> logits(n * static_cast<size_t>(vocab));
+        const size_t k = f->decode_from < 0 ? n : std::min(n, static_cast<size_t>(f->decode_from));
+        std::span<const int32_t> all(ids);
+        if (k > 0) {
+          Status s = (*session)->Append(all.subspan(0, k), logits.data());
+          if (!s.ok()) return ReportError(s);
+        }
+        for (size_t i = k; i < n; ++i) {
+          Status s = (*session)->Append(all.subspan(i, 1));
+          if (!s.ok()) return ReportError(s);
+          std::span<const float> last = (*session)->last_logits();
+          std::copy(last.begin(), last.end(), logits.begin() + static_cast<ptrdiff_t>(i * vocab));
+        }
+        Status w;
+        if (f->all) {
+          w = WriteNpyFloat32(f->out, {static_cast<int64_t>(n), vocab}, logits.data());
+        } else {
+          w = WriteNpyFloat32(f->out, {1, vocab}, logits.data() + (n - 1) * vocab);
+        }
+        if (!w.ok()) return ReportError(w);
+        return 0;
+      }};
+}
+
+}  // namespace pocket::cli

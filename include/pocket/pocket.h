@@ -1,0 +1,138 @@
+/* pocket: a small-language-model runtime for mobile apps. C API.
+ *
+ * Handles are opaque. Every fallible call returns a pocket_status and, when `err` is not NULL,
+ * fills it with the code and a message a user can act on. No exceptions cross this boundary and
+ * nothing here uses global state: a pocket_model may be shared by any number of sessions on any
+ * threads; a pocket_session is used by one thread at a time, except pocket_session_cancel. */
+#ifndef POCKET_POCKET_H_
+#define POCKET_POCKET_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define POCKET_API __declspec(dllexport)
+#else
+#define POCKET_API __attribute__((visibility("default")))
+#endif
+
+typedef enum pocket_status {
+  POCKET_OK = 0,
+  POCKET_ERR_INVALID_ARGUMENT = 1,
+  POCKET_ERR_NOT_FOUND = 2,
+  POCKET_ERR_DATA_LOSS = 3,     /* corrupt or truncated file */
+  POCKET_ERR_UNIMPLEMENTED = 4, /* valid input pocket does not support */
+  POCKET_ERR_OUT_OF_RANGE = 5,  /* e.g. a prompt longer than the context */
+  POCKET_ERR_RESOURCE_EXHAUSTED = 6,
+  POCKET_ERR_CANCELLED = 7,
+  POCKET_ERR_FAILED_PRECONDITION = 8,
+  POCKET_ERR_IO = 9,
+  POCKET_ERR_INTERNAL = 10,
+  POCKET_ERR_BUFFER_TOO_SMALL = 11 /* the *_needed output says how much is needed */
+} pocket_status;
+
+typedef struct pocket_error {
+  pocket_status code;
+  char message[1024];
+} pocket_error;
+
+typedef struct pocket_model pocket_model;
+typedef struct pocket_session pocket_session;
+
+POCKET_API const char* pocket_version(void);
+POCKET_API const char* pocket_status_name(pocket_status status);
+
+/* ---- model ---- */
+typedef struct pocket_model_params {
+  const char* tokenizer_path; /* NULL: the model's own tokenizer */
+} pocket_model_params;
+
+POCKET_API pocket_model_params pocket_model_default_params(void);
+/* path: a GGUF file, a Hugging Face directory or a llama2.c checkpoint. */
+POCKET_API pocket_status pocket_model_load(const char* path, const pocket_model_params* params,
+                                           pocket_model** out_model, pocket_error* err);
+POCKET_API void pocket_model_free(pocket_model* model);
+POCKET_API int32_t pocket_model_vocab_size(const pocket_model* model);
+POCKET_API int32_t pocket_model_context_length(const pocket_model* model);
+
+/* ---- tokens ---- */
+/* Writes up to `capacity` ids; *n_ids receives the number the text needs (if it exceeds
+ * capacity the call returns POCKET_ERR_BUFFER_TOO_SMALL and writes nothing). Special-token strings
+ * in the text are recognised when parse_special is true. Invalid UTF-8 is an error. */
+POCKET_API pocket_status pocket_tokenize(const pocket_model* model, const char* text,
+                                         size_t text_len, bool parse_special, int32_t* ids,
+                                         size_t capacity, size_t* n_ids, pocket_error* err);
+/* Writes the bytes of the ids (not NUL-terminated); *n_bytes receives the size needed. */
+POCKET_API pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids,
+                                           size_t n_ids, char* text, size_t capacity,
+                                           size_t* n_bytes, pocket_error* err);
+
+/* ---- sessions ---- */
+typedef struct pocket_session_params {
+  int32_t n_ctx;   /* context tokens (default 4096, clamped to the model's) */
+  int32_t n_batch; /* prefill chunk (default 128) */
+} pocket_session_params;
+
+POCKET_API pocket_session_params pocket_session_default_params(void);
+POCKET_API pocket_status pocket_session_create(const pocket_model* model,
+                                               const pocket_session_params* params,
+                                               pocket_session** out_session, pocket_error* err);
+POCKET_API void pocket_session_free(pocket_session* session);
+/* Thread-safe: a running pocket_generate on this session stops within one token. */
+POCKET_API void pocket_session_cancel(pocket_session* session);
+/* Forgets the conversation (the next prompt is evaluated from scratch). */
+POCKET_API void pocket_session_reset(pocket_session* session);
+
+typedef struct pocket_generate_params {
+  int32_t max_tokens;       /* default 256 */
+  float temperature;        /* 0 = greedy; default 0.8 */
+  int32_t top_k;            /* 0 = off; default 40 */
+  float top_p;              /* 1 = off; default 0.95 */
+  float min_p;              /* 0 = off; default 0.05 */
+  float repetition_penalty; /* 1 = off */
+  float presence_penalty;
+  float frequency_penalty;
+  uint64_t seed;
+  const char* const* stop_strings; /* may be NULL */
+  size_t n_stop_strings;
+} pocket_generate_params;
+
+typedef enum pocket_stop_reason {
+  POCKET_STOP_EOS = 0,
+  POCKET_STOP_STRING = 1,
+  POCKET_STOP_MAX_TOKENS = 2,
+  POCKET_STOP_CANCELLED = 3,
+  POCKET_STOP_CALLBACK = 4,
+  POCKET_STOP_CONTEXT_FULL = 5
+} pocket_stop_reason;
+
+typedef struct pocket_generate_result {
+  pocket_stop_reason stop_reason;
+  int32_t n_prompt_tokens; /* evaluated (not reused from the previous call) */
+  int32_t n_generated_tokens;
+  double prefill_ms;
+  double decode_ms;
+} pocket_generate_result;
+
+/* Called with each piece of text (whole UTF-8 characters, not NUL-terminated); return false to
+ * stop generation. */
+typedef bool (*pocket_text_callback)(const char* text, size_t len, void* user_data);
+
+POCKET_API pocket_generate_params pocket_generate_default_params(void);
+/* Tokenizes `prompt` (special tokens recognised) and generates. The KV cache of the previous call
+ * is reused for the common prefix. `result` may be NULL. */
+POCKET_API pocket_status pocket_generate(pocket_session* session, const char* prompt,
+                                         const pocket_generate_params* params,
+                                         pocket_text_callback on_text, void* user_data,
+                                         pocket_generate_result* result, pocket_error* err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* POCKET_POCKET_H_ */

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing pocket needs on Debian 12, then fetches the npm fixtures.
+# Idempotent: packages already present are not reinstalled; run as root (or with sudo available).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+packages=(
+  g++ cmake ninja-build pkg-config git            # build
+  libutf8proc-dev nlohmann-json3-dev libcli11-dev  # core and CLI dependencies
+  libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
+  python3 python3-numpy                            # the independent numpy reference
+  nodejs npm                                       # tokenizer fixture and the HF tokenizers oracle
+  clang libclang-rt-14-dev                         # libFuzzer targets
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$root/scripts/fetch_fixtures.sh"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run): setup, then
+#   1. release build + every test (unit, end-to-end against the numpy reference, C API),
+#   2. debug build with AddressSanitizer + UndefinedBehaviorSanitizer + every test,
+#   3. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
+# Environment: POCKET_FUZZ_SECONDS (default 60 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+jobs="${POCKET_JOBS:-$(nproc)}"
+"$root/scripts/setup.sh"
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "release build"
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+step "release tests"
+ctest --preset release -j "$jobs" --timeout 1800
+
+if [ "${POCKET_SKIP_DEBUG:-0}" != 1 ]; then
+  step "debug build (ASan + UBSan)"
+  cmake --preset debug >/dev/null
+  cmake --build --preset debug -j "$jobs"
+  step "debug tests (ASan + UBSan)"
+  ctest --preset debug -j "$jobs" --timeout 3600
+fi
+
+step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-60} s per target)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs"
+"$root/tests/fuzz/run_fuzzers.sh" "$root/build-fuzz" "${POCKET_FUZZ_SECONDS:-60}"
+
+step "all tests passed"

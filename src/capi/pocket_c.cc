@@ -1,0 +1,235 @@
+// The C API over the C++ API. Nothing throws across it: every entry point catches and converts.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "pocket/pocket.h"
+#include "runtime/session.h"
+
+struct pocket_model {
+  std::shared_ptr<const pocket::Model> model;
+};
+
+struct pocket_session {
+  std::unique_ptr<pocket::Session> session;
+};
+
+namespace {
+
+pocket_status Fail(pocket_error* err, pocket_status code, const std::string& message) {
+  if (err != nullptr) {
+    err->code = code;
+    std::snprintf(err->message, sizeof(err->message), "%s", message.c_str());
+  }
+  return code;
+}
+
+pocket_status Report(pocket_error* err, const pocket::Status& s) {
+  if (s.ok()) {
+    if (err != nullptr) {
+      err->code = POCKET_OK;
+      err->message[0] = '\0';
+    }
+    return POCKET_OK;
+  }
+  return Fail(err, static_cast<pocket_status>(static_cast<int>(s.code())), s.message());
+}
+
+// Runs fn, turning any escaping exception (allocation failure, a bug) into an error value.
+template <typename Fn>
+pocket_status Guard(pocket_error* err, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return Fail(err, POCKET_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(err, POCKET_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Fail(err, POCKET_ERR_INTERNAL, "internal error");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pocket_version(void) {
+  return "0.1.0";
+}
+
+const char* pocket_status_name(pocket_status status) {
+  if (status == POCKET_ERR_BUFFER_TOO_SMALL) return "BufferTooSmall";
+  // The names are string literals, so the view's data is NUL-terminated.
+  return pocket::StatusCodeName(static_cast<pocket::StatusCode>(status)).data();
+}
+
+pocket_model_params pocket_model_default_params(void) {
+  return pocket_model_params{nullptr};
+}
+
+pocket_status pocket_model_load(const char* path, const pocket_model_params* params,
+                                pocket_model** out_model, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (path == nullptr || out_model == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "path and out_model must not be NULL");
+    }
+    *out_model = nullptr;
+    pocket::LoadOptions options;
+    if (params != nullptr && params->tokenizer_path != nullptr) {
+      options.tokenizer_path = params->tokenizer_path;
+    }
+    auto model = pocket::Model::Load(path, options);
+    if (!model.ok()) return Report(err, model.status());
+    *out_model = new pocket_model{std::move(*model)};
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+void pocket_model_free(pocket_model* model) {
+  delete model;
+}
+
+int32_t pocket_model_vocab_size(const pocket_model* model) {
+  return model == nullptr ? 0 : model->model->config().vocab_size;
+}
+
+int32_t pocket_model_context_length(const pocket_model* model) {
+  return model == nullptr ? 0 : model->model->config().n_ctx_train;
+}
+
+pocket_status pocket_tokenize(const pocket_model* model, const char* text, size_t text_len,
+                              bool parse_special, int32_t* ids, size_t capacity, size_t* n_ids,
+                              pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (model == nullptr || (text == nullptr && text_len > 0) || n_ids == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model, text and n_ids must not be NULL");
+    }
+    const pocket::Tokenizer* tok = model->model->tokenizer();
+    if (tok == nullptr)
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
+    pocket::EncodeOptions options;
+    options.parse_special = parse_special;
+    auto encoded = tok->Encode(std::string_view(text == nullptr ? "" : text, text_len), options);
+    if (!encoded.ok()) return Report(err, encoded.status());
+    *n_ids = encoded->size();
+    if (encoded->size() > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
+                  "the text needs " + std::to_string(encoded->size()) + " ids, capacity is " +
+                      std::to_string(capacity));
+    }
+    if (!encoded->empty()) std::memcpy(ids, encoded->data(), encoded->size() * sizeof(int32_t));
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids, size_t n_ids,
+                                char* text, size_t capacity, size_t* n_bytes, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (model == nullptr || (ids == nullptr && n_ids > 0) || n_bytes == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model, ids and n_bytes must not be NULL");
+    }
+    const pocket::Tokenizer* tok = model->model->tokenizer();
+    if (tok == nullptr)
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
+    auto decoded = tok->Decode(std::span<const int32_t>(ids, n_ids));
+    if (!decoded.ok()) return Report(err, decoded.status());
+    *n_bytes = decoded->size();
+    if (decoded->size() > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
+                  "the text needs " + std::to_string(decoded->size()) + " bytes");
+    }
+    if (!decoded->empty()) std::memcpy(text, decoded->data(), decoded->size());
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+pocket_session_params pocket_session_default_params(void) {
+  pocket::SessionOptions d;
+  return pocket_session_params{d.n_ctx, d.n_batch};
+}
+
+pocket_status pocket_session_create(const pocket_model* model, const pocket_session_params* params,
+                                    pocket_session** out_session, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (model == nullptr || out_session == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model and out_session must not be NULL");
+    }
+    *out_session = nullptr;
+    pocket::SessionOptions options;
+    if (params != nullptr) {
+      options.n_ctx = params->n_ctx;
+      options.n_batch = params->n_batch;
+    }
+    auto session = pocket::Session::Create(model->model, options);
+    if (!session.ok()) return Report(err, session.status());
+    *out_session = new pocket_session{std::move(*session)};
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+void pocket_session_free(pocket_session* session) {
+  delete session;
+}
+
+void pocket_session_cancel(pocket_session* session) {
+  if (session != nullptr) session->session->Cancel();
+}
+
+void pocket_session_reset(pocket_session* session) {
+  if (session != nullptr) session->session->Reset();
+}
+
+pocket_generate_params pocket_generate_default_params(void) {
+  pocket::GenerateOptions d;
+  const pocket::SamplerParams& s = d.sampling;
+  return pocket_generate_params{
+      d.max_tokens,       s.temperature,       s.top_k, s.top_p, s.min_p, s.repetition_penalty,
+      s.presence_penalty, s.frequency_penalty, s.seed,  nullptr, 0};
+}
+
+pocket_status pocket_generate(pocket_session* session, const char* prompt,
+                              const pocket_generate_params* params, pocket_text_callback on_text,
+                              void* user_data, pocket_generate_result* result, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || prompt == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session and prompt must not be NULL");
+    }
+    const pocket_generate_params p = params != nullptr ? *params : pocket_generate_default_params();
+    pocket::GenerateOptions options;
+    options.max_tokens = p.max_tokens;
+    options.sampling.temperature = p.temperature;
+    options.sampling.top_k = p.top_k;
+    options.sampling.top_p = p.top_p;
+    options.sampling.min_p = p.min_p;
+    options.sampling.repetition_penalty = p.repetition_penalty;
+    options.sampling.presence_penalty = p.presence_penalty;
+    options.sampling.frequency_penalty = p.frequency_penalty;
+    options.sampling.seed = p.seed;
+    for (size_t i = 0; i < p.n_stop_strings; ++i) {
+      if (p.stop_strings == nullptr || p.stop_strings[i] == nullptr) {
+        return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                    "stop string " + std::to_string(i) + " is NULL");
+      }
+      options.stop_strings.emplace_back(p.stop_strings[i]);
+    }
+    pocket::StreamCallback cb;
+    if (on_text != nullptr) {
+      cb = [on_text, user_data](std::string_view piece) {
+        return on_text(piece.data(), piece.size(), user_data);
+      };
+    }
+    auto r = session->session->Generate(std::string_view(prompt), options, cb);
+    if (!r.ok()) return Report(err, r.status());
+    if (result != nullptr) {
+      result->stop_reason = static_cast<pocket_stop_reason>(static_cast<int>(r->stop_reason));
+      result->n_prompt_tokens = r->n_prompt_tokens;
+      result->n_generated_tokens = static_cast<int32_t>(r->tokens.size());
+      result->prefill_ms = static_cast<double>(r->prefill_us) / 1000.0;
+      result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
+    }
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+}  // extern "C"

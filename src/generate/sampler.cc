@@ -1,0 +1,115 @@
+#include "generate/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pocket {
+
+Status SamplerParams::Validate() const {
+  if (!(temperature >= 0.0f) || temperature > 100.0f) {
+    return InvalidArgumentError("temperature must be in [0, 100], got ", temperature);
+  }
+  if (top_k < 0) return InvalidArgumentError("top-k must be >= 0, got ", top_k);
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    return InvalidArgumentError("top-p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0.0f && min_p < 1.0f))
+    return InvalidArgumentError("min-p must be in [0, 1), got ", min_p);
+  if (!(repetition_penalty > 0.0f)) {
+    return InvalidArgumentError("repetition penalty must be > 0, got ", repetition_penalty);
+  }
+  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) {
+    return InvalidArgumentError("presence and frequency penalties must be finite");
+  }
+  if (penalty_last_n < 0) return InvalidArgumentError("penalty window must be >= 0");
+  return Status::Ok();
+}
+
+Sampler::Sampler(const SamplerParams& params, int32_t vocab_size)
+    : params_(params),
+      vocab_size_(vocab_size),
+      rng_(params.seed),
+      candidates_(static_cast<size_t>(vocab_size)),
+      counts_(static_cast<size_t>(vocab_size), 0),
+      probs_(static_cast<size_t>(vocab_size)) {}
+
+void Sampler::ApplyPenalties(float* logits, std::span<const int32_t> recent) {
+  const bool any = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                   params_.frequency_penalty != 0.0f;
+  if (!any || params_.penalty_last_n == 0 || recent.empty()) return;
+  const size_t n = std::min(recent.size(), static_cast<size_t>(params_.penalty_last_n));
+  const std::span<const int32_t> window = recent.subspan(recent.size() - n);
+  for (int32_t id : window) {
+    if (id >= 0 && id < vocab_size_) ++counts_[static_cast<size_t>(id)];
+  }
+  for (int32_t id : window) {
+    if (id < 0 || id >= vocab_size_) continue;
+    int32_t& count = counts_[static_cast<size_t>(id)];
+    if (count == 0) continue;  // already applied for this id
+    float& l = logits[id];
+    l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+    count = 0;
+  }
+}
+
+int32_t Sampler::Sample(float* logits, std::span<const int32_t> recent) {
+  ApplyPenalties(logits, recent);
+  if (params_.temperature == 0.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab_size_; ++i) {
+      if (logits[i] > logits[best]) best = i;  // first maximum wins: deterministic ties
+    }
+    return best;
+  }
+  size_t n = static_cast<size_t>(vocab_size_);
+  const float inv_t = 1.0f / params_.temperature;
+  for (int32_t i = 0; i < vocab_size_; ++i)
+    candidates_[static_cast<size_t>(i)] = {i, logits[i] * inv_t};
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  // Keep only the top k (or a working set large enough for top-p), sorted best first.
+  size_t keep = params_.top_k > 0 ? std::min(n, static_cast<size_t>(params_.top_k)) : n;
+  if (keep < n) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                     candidates_.begin() + static_cast<ptrdiff_t>(n), by_logit);
+    n = keep;
+  }
+  std::sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n), by_logit);
+  // Softmax over the survivors.
+  const float max_logit = candidates_[0].logit;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    probs_[i] = std::exp(candidates_[i].logit - max_logit);
+    sum += probs_[i];
+  }
+  // top-p: the smallest prefix whose probability reaches p. min-p: relative to the best.
+  size_t cut = n;
+  if (params_.top_p < 1.0f) {
+    double acc = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      acc += probs_[i] / sum;
+      if (acc >= params_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    const float threshold = params_.min_p * probs_[0];
+    size_t m = 1;
+    while (m < cut && probs_[m] >= threshold) ++m;
+    cut = m;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < cut; ++i) total += probs_[i];
+  const double r = rng_.NextDouble() * total;
+  double acc = 0.0;
+  for (size_t i = 0; i < cut; ++i) {
+    acc += probs_[i];
+    if (r < acc) return candidates_[i].id;
+  }
+  return candidates_[cut - 1].id;
+}
+
+}  // namespace pocket

@@ -1,0 +1,54 @@
+// The sampler chain: (constraint mask, later) -> repetition / presence / frequency penalties ->
+// temperature -> top-k -> top-p -> min-p -> pick. Temperature 0 is greedy (argmax after the
+// penalties). Buffers are allocated once for the vocabulary; sampling a token allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/rng.h"
+#include "base/status.h"
+
+namespace pocket {
+
+struct SamplerParams {
+  float temperature = 0.8f;         // 0: greedy
+  int32_t top_k = 40;               // 0: off
+  float top_p = 0.95f;              // 1: off
+  float min_p = 0.05f;              // 0: off; drop tokens below min_p * p(best)
+  float repetition_penalty = 1.0f;  // 1: off; as in llama.cpp (divide positive logits)
+  float presence_penalty = 0.0f;    // subtracted once from every token seen
+  float frequency_penalty = 0.0f;   // subtracted per occurrence
+  int32_t penalty_last_n = 64;      // window of recent tokens the penalties look at
+  uint64_t seed = 0;                // same seed, same output
+
+  Status Validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplerParams& params, int32_t vocab_size);
+
+  // Picks the next token from logits [vocab_size] (modified in place by the penalties).
+  // `recent`: the tokens generated and prompted so far (the tail is used for penalties).
+  int32_t Sample(float* logits, std::span<const int32_t> recent);
+
+  const SamplerParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  void ApplyPenalties(float* logits, std::span<const int32_t> recent);
+
+  SamplerParams params_;
+  int32_t vocab_size_;
+  Rng rng_;
+  std::vector<Candidate> candidates_;  // vocab_size entries, reused
+  std::vector<int32_t> counts_;        // vocab_size, zero between calls
+  std::vector<float> probs_;
+};
+
+}  // namespace pocket

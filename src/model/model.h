@@ -1,0 +1,61 @@
+// A loaded model: config, weights (views into the mapped file), tokenizer and the kernel table.
+// Immutable after Load, so one Model is shared by any number of sessions on any threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "format/model_source.h"
+#include "kernels/kernel_table.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pocket {
+
+struct LoadOptions {
+  // A tokenizer to use instead of the model's own: tokenizer.json, or a llama2.c tokenizer.bin
+  // (which llama2.c checkpoints need, having none inside).
+  std::string tokenizer_path;
+  // Kernels to use; null means the best for this CPU.
+  const KernelTable* kernels = nullptr;
+  Logger logger;
+};
+
+class Model {
+ public:
+  static StatusOr<std::shared_ptr<const Model>> Load(const std::string& path,
+                                                     const LoadOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const KernelTable& kernels() const { return *kernels_; }
+  const ModelSource& source() const { return *source_; }
+  // Null when the model has no tokenizer (a llama2.c checkpoint without --tokenizer).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // 1 / base^(2i / head_dim), i < head_dim / 2 (in double: the angle pos * freq is formed in
+  // double).
+  const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
+  // Token ids that end generation (EOS and end-of-turn tokens).
+  const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
+  int64_t load_us() const { return load_us_; }
+
+ private:
+  Model() = default;
+  std::unique_ptr<ModelSource> source_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  const KernelTable* kernels_ = nullptr;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::vector<double> rope_inv_freq_;
+  std::vector<int32_t> stop_token_ids_;
+  int64_t load_us_ = 0;
+};
+
+// The tokenizer stored in a GGUF file's tokenizer.ggml.* metadata (model "gpt2", pre "qwen2").
+StatusOr<std::shared_ptr<const Tokenizer>> TokenizerFromGguf(const GgufFile& gguf);
+
+}  // namespace pocket

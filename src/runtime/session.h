@@ -1,0 +1,102 @@
+// A Session is one conversation with a Model: its KV cache, scratch, token history and sampler.
+// Sessions are independent; any number share one immutable Model across threads. A session is
+// used by one thread at a time, except Cancel(), which any thread may call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "generate/sampler.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace pocket {
+
+struct SessionOptions {
+  int32_t n_ctx = 4096;   // context size in tokens (clamped to the model's training context)
+  int32_t n_batch = 128;  // prefill chunk; cancellation is checked between chunks
+};
+
+enum class StopReason {
+  kEos,          // the model emitted an end-of-generation token
+  kStopString,   // a stop string appeared (it is not part of the returned text)
+  kMaxTokens,    // the token budget ran out
+  kCancelled,    // Cancel() was called
+  kCallback,     // the stream callback returned false
+  kContextFull,  // no room left in the context
+};
+std::string_view StopReasonName(StopReason reason);
+
+struct GenerateOptions {
+  SamplerParams sampling;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop_strings;
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> tokens;  // generated tokens (not including a final stop token)
+  StopReason stop_reason = StopReason::kMaxTokens;
+  int32_t n_prompt_tokens = 0;  // prompt tokens that were actually evaluated (not reused)
+  int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
+  int64_t prefill_us = 0;
+  int64_t decode_us = 0;
+};
+
+// Receives each piece of generated text (whole UTF-8 characters); return false to stop.
+using StreamCallback = std::function<bool(std::string_view piece)>;
+
+class Session {
+ public:
+  static StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const Model> model,
+                                                   const SessionOptions& options = {});
+
+  const Model& model() const { return *model_; }
+  int32_t n_ctx() const { return kv_.n_ctx(); }
+  // Tokens whose keys and values are in the cache, in order.
+  std::span<const int32_t> history() const { return history_; }
+
+  // Makes the context equal `tokens`: keeps the longest common prefix with the history, then
+  // evaluates the rest in chunks (checking for cancellation between them). Afterwards
+  // last_logits() are those after the final token. A prompt longer than the context is an error.
+  Status SetContext(std::span<const int32_t> tokens);
+  // Appends tokens to the context (used by decode and by callers feeding tokens one by one).
+  // all_logits, when given, receives [tokens.size(), vocab].
+  Status Append(std::span<const int32_t> tokens, float* all_logits = nullptr);
+  // Logits after the last evaluated token ([vocab]).
+  std::span<const float> last_logits() const { return logits_; }
+
+  // Sets the context to `prompt` and generates until a stop condition.
+  StatusOr<GenerateResult> Generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                    const StreamCallback& on_text = nullptr);
+  // Tokenizes `text` (special tokens recognised, BOS added if the model wants it) and generates.
+  StatusOr<GenerateResult> Generate(std::string_view text, const GenerateOptions& options,
+                                    const StreamCallback& on_text = nullptr);
+
+  // Thread-safe: stops a running Generate within one token (or one prefill chunk).
+  void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  // Forgets the context.
+  void Reset() { history_.clear(); }
+
+ private:
+  Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch);
+  bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }
+
+  std::shared_ptr<const Model> model_;
+  KvCache kv_;
+  ForwardScratch scratch_;
+  int32_t n_batch_;
+  std::vector<int32_t> history_;
+  std::vector<float> logits_;
+  std::atomic<bool> cancel_{false};
+};
+
+}  // namespace pocket

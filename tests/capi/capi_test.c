@@ -1,0 +1,122 @@
+/* Uses only the installed header <pocket/pocket.h> and libpocket: load a model, tokenize and
+ * detokenize, generate with a streaming callback, cancel from the callback, report errors.
+ * Usage: capi_test MODEL TOKENIZER */
+#include <pocket/pocket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond, ...)                      \
+  do {                                        \
+    if (!(cond)) {                            \
+      fprintf(stderr, "capi_test: FAILED: "); \
+      fprintf(stderr, __VA_ARGS__);           \
+      fprintf(stderr, "\n");                  \
+      exit(1);                                \
+    }                                         \
+  } while (0)
+
+typedef struct {
+  char text[8192];
+  size_t len;
+  int pieces;
+  int stop_after; /* return false after this many pieces (0: never) */
+} Collected;
+
+static bool collect(const char* text, size_t len, void* user) {
+  Collected* c = (Collected*)user;
+  if (c->len + len < sizeof(c->text)) {
+    memcpy(c->text + c->len, text, len);
+    c->len += len;
+    c->text[c->len] = '\0';
+  }
+  c->pieces++;
+  return c->stop_after == 0 || c->pieces < c->stop_after;
+}
+
+int main(int argc, char** argv) {
+  CHECK(argc == 3, "usage: capi_test MODEL TOKENIZER");
+  pocket_error err;
+  printf("pocket %s\n", pocket_version());
+
+  /* Errors are values with messages. */
+  pocket_model* bad = NULL;
+  pocket_status st = pocket_model_load("/nonexistent/model.gguf", NULL, &bad, &err);
+  CHECK(st == POCKET_ERR_IO && bad == NULL, "missing file gave %d", (int)st);
+  CHECK(strstr(err.message, "/nonexistent/model.gguf") != NULL, "message: %s", err.message);
+  printf("expected error: %s: %s\n", pocket_status_name(st), err.message);
+
+  pocket_model_params mp = pocket_model_default_params();
+  mp.tokenizer_path = argv[2];
+  pocket_model* model = NULL;
+  st = pocket_model_load(argv[1], &mp, &model, &err);
+  CHECK(st == POCKET_OK, "load: %s", err.message);
+  CHECK(pocket_model_vocab_size(model) > 0, "vocab size");
+
+  const char* text = "Once upon a time";
+  int32_t ids[64];
+  size_t n_ids = 0;
+  st = pocket_tokenize(model, text, strlen(text), true, ids, 64, &n_ids, &err);
+  CHECK(st == POCKET_OK && n_ids > 0, "tokenize: %s", err.message);
+  size_t needed = 0;
+  st = pocket_tokenize(model, text, strlen(text), true, ids, 1, &needed, &err);
+  CHECK(st == POCKET_ERR_BUFFER_TOO_SMALL && needed == n_ids, "small buffer gave %d", (int)st);
+  char back[256];
+  size_t n_bytes = 0;
+  st = pocket_detokenize(model, ids, n_ids, back, sizeof(back), &n_bytes, &err);
+  CHECK(st == POCKET_OK, "detokenize: %s", err.message);
+  back[n_bytes] = '\0';
+  CHECK(strstr(back, "Once upon a time") != NULL, "round trip gave '%s'", back);
+  st = pocket_tokenize(model, "a\xff", 2, true, ids, 64, &n_ids, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "invalid UTF-8 gave %d", (int)st);
+
+  pocket_session* session = NULL;
+  pocket_session_params sp = pocket_session_default_params();
+  sp.n_ctx = 256;
+  st = pocket_session_create(model, &sp, &session, &err);
+  CHECK(st == POCKET_OK, "session: %s", err.message);
+
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 40;
+  Collected c;
+  memset(&c, 0, sizeof(c));
+  pocket_generate_result r;
+  st = pocket_generate(session, text, &gp, collect, &c, &r, &err);
+  CHECK(st == POCKET_OK, "generate: %s", err.message);
+  CHECK(r.n_generated_tokens > 0 && c.len > 0, "no text generated");
+  printf("generated %d tokens: %s\n", r.n_generated_tokens, c.text);
+
+  /* The callback can stop generation. */
+  Collected c2;
+  memset(&c2, 0, sizeof(c2));
+  c2.stop_after = 3;
+  st = pocket_generate(session, text, &gp, collect, &c2, &r, &err);
+  CHECK(st == POCKET_OK && r.stop_reason == POCKET_STOP_CALLBACK, "callback stop: %d",
+        (int)r.stop_reason);
+  CHECK(strncmp(c.text, c2.text, c2.len) == 0, "greedy output differs between calls");
+
+  /* Stop strings. */
+  const char* stops[] = {"."};
+  gp.stop_strings = stops;
+  gp.n_stop_strings = 1;
+  Collected c3;
+  memset(&c3, 0, sizeof(c3));
+  st = pocket_generate(session, text, &gp, collect, &c3, &r, &err);
+  CHECK(st == POCKET_OK, "generate with stop: %s", err.message);
+  CHECK(strchr(c3.text, '.') == NULL, "stop string leaked: %s", c3.text);
+
+  /* Bad parameters are errors, not crashes. */
+  gp.top_p = 0.0f;
+  st = pocket_generate(session, text, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "top_p 0 gave %d", (int)st);
+  printf("expected error: %s\n", err.message);
+  st = pocket_generate(NULL, text, NULL, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "NULL session");
+
+  pocket_session_cancel(session);
+  pocket_session_free(session);
+  pocket_model_free(model);
+  printf("capi_test: OK\n");
+  return 0;
+}

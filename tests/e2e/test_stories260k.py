@@ -1,0 +1,43 @@
+"""The real tiny trained model: pocket's greedy output for stories260K is readable English and
+equals the numpy reference token for token (and llama2.c's own known-good output, which the
+reference's self-check pins)."""
+import json
+import re
+import unittest
+
+from harness import STORIES, STORIES_TOK, main_unittest, pocket, reference, require
+
+
+class Stories260K(unittest.TestCase):
+    def test_greedy_matches_reference(self):
+        require(STORIES, "the shared test data (../shared/testdata) is missing")
+        prompt = "Once upon a time"
+        out = pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", prompt, "-n", 200,
+                     "--temp", 0, "--json")
+        ours = json.loads(out.stdout)
+        ref = reference("generate", STORIES, "--tokenizer", STORIES_TOK, "--prompt", prompt,
+                        "-n", 200, "--stop", 1)
+        ref_ids = [int(x) for x in ref.stdout.strip().split(",") if x]
+        print("pocket:", ours["text"][:300])
+        print(f"{len(ours['tokens'])} tokens, stop: {ours['stop_reason']}")
+        self.assertEqual(ours["tokens"], ref_ids[:len(ours["tokens"])])
+        self.assertEqual(len(ours["tokens"]), len(ref_ids))
+        # Readable English: mostly letters and spaces, real words, sentences.
+        text = ours["text"]
+        words = re.findall(r"[A-Za-z]+", text)
+        self.assertGreater(len(words), 60)
+        common = {"the", "was", "and", "a", "to", "she", "he", "they", "her", "day"}
+        self.assertGreater(sum(w.lower() in common for w in words), 10)
+        self.assertIn(".", text)
+
+    def test_plain_run_streams_text_only(self):
+        out = pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "Once upon a time",
+                     "-n", 20, "--temp", 0)
+        # stdout: generated text only; stats go to stderr.
+        self.assertNotIn("tokens/s", out.stdout)
+        self.assertIn("tokens/s", out.stderr)
+        self.assertGreater(len(out.stdout.strip()), 10)
+
+
+if __name__ == "__main__":
+    main_unittest()

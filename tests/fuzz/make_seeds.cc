@@ -1,0 +1,65 @@
+// Writes small valid inputs for the fuzzers to start from: a GGUF with every metadata type and a
+// few tensor types, a safetensors file, a small tokenizer.json.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "base/mapped_file.h"
+#include "format/gguf_writer.h"
+#include "format/safetensors.h"
+#include "quant/quantize.h"
+
+using namespace pocket;
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_seeds DIR\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  auto fill = [](DType type) {
+    return [type](uint8_t* out, size_t n) {
+      const int64_t elems =
+          static_cast<int64_t>(n / Traits(type).block_bytes) * Traits(type).block_elems;
+      std::string f(static_cast<size_t>(elems) * 4, '\0');
+      float* x = reinterpret_cast<float*>(f.data());
+      for (int64_t i = 0; i < elems; ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+      QuantizeRow(type, x, out, elems);
+      return Status::Ok();
+    };
+  };
+  GgufWriter w;
+  w.SetString("general.architecture", "qwen3");
+  w.SetUint32("qwen3.block_count", 1);
+  w.SetFloat32("qwen3.rope.freq_base", 1e6f);
+  w.SetBool("flag", true);
+  w.SetInt32("i", -1);
+  w.SetUint64("u", 7);
+  w.SetStringArray("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  w.SetInt32Array("tokenizer.ggml.token_type", {1, 1, 1});
+  w.SetFloat32Array("scores", {0.0f, 1.0f});
+  int k = 0;
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_K}) {
+    if (!w.AddTensor("t" + std::to_string(k++), t, {2, 256}, fill(t)).ok()) return 1;
+  }
+  if (!w.Write(dir + "/seed.gguf").ok()) return 1;
+
+  SafetensorsWriter s;
+  s.SetMetadata("format", "pt");
+  if (!s.AddTensor("model.embed_tokens.weight", DType::kBF16, {4, 8}, fill(DType::kBF16)).ok())
+    return 1;
+  if (!s.AddTensor("model.norm.weight", DType::kF32, {8}, fill(DType::kF32)).ok()) return 1;
+  if (!s.Write(dir + "/seed.safetensors").ok()) return 1;
+
+  const char* tokenizer = R"({"version":"1.0","added_tokens":[{"id":5,"content":"<|im_end|>",
+"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+"normalizer":{"type":"NFC"},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split",
+"pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,
+"trim_offsets":false,"use_regex":false}]},"post_processor":null,"decoder":{"type":"ByteLevel"},
+"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":"",
+"end_of_word_suffix":"","fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+"vocab":{"a":0,"b":1,"ab":2,"Ġ":3,"Ġab":4},"merges":[["a","b"],["Ġ","ab"]]}})";
+  if (!WriteFileAtomically(dir + "/seed.json", tokenizer).ok()) return 1;
+  return 0;
+}

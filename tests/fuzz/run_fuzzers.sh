@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a bounded time from the generated seeds; fails on any finding.
+set -euo pipefail
+build_dir="$1" seconds="${2:-60}"
+work="$build_dir/fuzz-work"
+mkdir -p "$work/seeds"
+"$build_dir/bin/make_seeds" "$work/seeds"
+status=0
+for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz; do
+  corpus="$work/corpus-$target"
+  mkdir -p "$corpus"
+  case "$target" in
+    gguf_fuzz) cp "$work/seeds/seed.gguf" "$corpus/" ;;
+    safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
+    tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
+  esac
+  echo "fuzz: $target for ${seconds}s"
+  if ! "$build_dir/bin/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+       -print_final_stats=1 -artifact_prefix="$work/$target-" "$corpus" >"$work/$target.log" 2>&1; then
+    echo "fuzz: $target FOUND A PROBLEM; log tail:"
+    tail -n 40 "$work/$target.log"
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$work/$target.log" | tail -n 2
+  fi
+done
+exit "$status"
