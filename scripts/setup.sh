@@ -9,13 +9,17 @@ packages=(
   libutf8proc-dev nlohmann-json3-dev libcli11-dev  # core and CLI dependencies
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
-  nodejs npm                                       # tokenizer fixture and the HF tokenizers oracle
   clang libclang-rt-14-dev                         # libFuzzer targets
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (the tokenizer fixture and the HF tokenizers oracle): Debian's packages unless
+# a node and npm are already on the PATH (NodeSource and others ship npm inside nodejs).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   sudo=""

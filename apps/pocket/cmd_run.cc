@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "base/memory.h"
 #include "common.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
@@ -166,7 +167,10 @@ Command AddRunCommand(CLI::App& root) {
                   {"decode_s", decode_s},
                   {"prefill_tokens_per_s", prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0},
                   {"decode_tokens_per_s",
-                   decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0}};
+                   decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0},
+                  {"load_ms", static_cast<double>((*model)->load_us()) / 1000.0},
+                  {"file_bytes", (*model)->source().file_bytes()},
+                  {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};
               std::printf("%s\n",
                           j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
               return 0;

@@ -56,6 +56,10 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   if (m->tokenizer_) {
     const TokenizerSpec& spec = m->tokenizer_->spec();
     if (spec.eos_id >= 0) m->stop_token_ids_.push_back(spec.eos_id);
+    // llama2.c models separate stories with BOS; run.c stops when the model emits it.
+    if (spec.kind == TokenizerKind::kLlama2c && spec.bos_id >= 0) {
+      m->stop_token_ids_.push_back(spec.bos_id);
+    }
     // Chat models end a turn with <|im_end|>; base models with <|endoftext|>. Stop on both.
     for (const char* end : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>"}) {
       const int32_t id = m->tokenizer_->FindToken(end);

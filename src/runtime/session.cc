@@ -49,7 +49,8 @@ Session::Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch 
   history_.reserve(static_cast<size_t>(kv_.n_ctx()));
 }
 
-Status Session::Append(std::span<const int32_t> tokens, float* all_logits) {
+Status Session::Append(std::span<const int32_t> tokens, float* all_logits,
+                       const PrefillProgress& progress) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t n_past = history_.size();
   if (n_past + tokens.size() > static_cast<size_t>(kv_.n_ctx())) {
@@ -73,11 +74,12 @@ Status Session::Append(std::span<const int32_t> tokens, float* all_logits) {
     if (!s.ok()) return s;
     history_.insert(history_.end(), chunk.begin(), chunk.end());
     done += n;
+    if (progress) progress(static_cast<int32_t>(done), static_cast<int32_t>(tokens.size()));
   }
   return Status::Ok();
 }
 
-Status Session::SetContext(std::span<const int32_t> tokens) {
+Status Session::SetContext(std::span<const int32_t> tokens, const PrefillProgress& progress) {
   if (tokens.size() > static_cast<size_t>(kv_.n_ctx())) {
     return OutOfRangeError("the prompt is ", tokens.size(), " tokens, longer than the context of ",
                            kv_.n_ctx(), " tokens");
@@ -89,7 +91,7 @@ Status Session::SetContext(std::span<const int32_t> tokens) {
   // Re-evaluate at least the last token: its logits are what the next sample needs.
   if (common == tokens.size() && common > 0) --common;
   history_.resize(common);
-  return Append(tokens.subspan(common));
+  return Append(tokens.subspan(common), nullptr, progress);
 }
 
 StatusOr<GenerateResult> Session::Generate(std::string_view text, const GenerateOptions& options,
@@ -120,7 +122,7 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   }
   result.n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   result.n_prompt_tokens = static_cast<int32_t>(prompt.size()) - result.n_reused_tokens;
-  Status s = SetContext(prompt);
+  Status s = SetContext(prompt, options.on_prefill_progress);
   if (s.code() == StatusCode::kCancelled) {
     result.stop_reason = StopReason::kCancelled;
     return result;

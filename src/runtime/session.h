@@ -35,10 +35,14 @@ enum class StopReason {
 };
 std::string_view StopReasonName(StopReason reason);
 
+// Called after each prefill chunk with the prompt tokens evaluated so far and the total.
+using PrefillProgress = std::function<void(int32_t n_done, int32_t n_total)>;
+
 struct GenerateOptions {
   SamplerParams sampling;
   int32_t max_tokens = 256;
   std::vector<std::string> stop_strings;
+  PrefillProgress on_prefill_progress;
 };
 
 struct GenerateResult {
@@ -67,10 +71,11 @@ class Session {
   // Makes the context equal `tokens`: keeps the longest common prefix with the history, then
   // evaluates the rest in chunks (checking for cancellation between them). Afterwards
   // last_logits() are those after the final token. A prompt longer than the context is an error.
-  Status SetContext(std::span<const int32_t> tokens);
+  Status SetContext(std::span<const int32_t> tokens, const PrefillProgress& progress = nullptr);
   // Appends tokens to the context (used by decode and by callers feeding tokens one by one).
   // all_logits, when given, receives [tokens.size(), vocab].
-  Status Append(std::span<const int32_t> tokens, float* all_logits = nullptr);
+  Status Append(std::span<const int32_t> tokens, float* all_logits = nullptr,
+                const PrefillProgress& progress = nullptr);
   // Logits after the last evaluated token ([vocab]).
   std::span<const float> last_logits() const { return logits_; }
 

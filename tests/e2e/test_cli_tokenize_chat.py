@@ -1,0 +1,70 @@
+"""pocket tokenize (JSON Lines in, ids out; llama.cpp's Qwen2 vectors through the CLI), pocket info
+on a model with the real Qwen3 tokenizer, and pocket chat keeping the KV cache between turns."""
+import json
+import os
+import re
+import subprocess
+import unittest
+
+from harness import (POCKET, QWEN3_TOKENIZER, SHARED, main_unittest, make_model, pocket, require)
+
+
+class TokenizeAndChat(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+
+    def test_tokenize_llama_cpp_vectors(self):
+        base = os.path.join(SHARED, "testdata", "tokenizer", "ggml-vocab-qwen2.gguf")
+        with open(base + ".inp", encoding="utf-8", newline="") as f:
+            cases = f.read().split("\n__ggml_vocab_test__\n")[:-1]
+        with open(base + ".out", encoding="utf-8") as f:
+            expected = [[int(x) for x in line.split()] for line in f.read().split("\n")[:len(cases)]]
+        stdin = "".join(json.dumps({"text": c}) + "\n" for c in cases)
+        out = pocket("tokenize", "-m", QWEN3_TOKENIZER, input=stdin)
+        got = [json.loads(line)["ids"] for line in out.stdout.splitlines()]
+        self.assertEqual(len(got), len(cases))
+        for text, want, ids in zip(cases, expected, got):
+            self.assertEqual(ids, want, repr(text))
+
+    def test_special_tokens_recognised_unless_disabled(self):
+        stdin = json.dumps({"text": "<|im_start|>user"}) + "\n"
+        ids = json.loads(pocket("tokenize", "-m", QWEN3_TOKENIZER, input=stdin).stdout)["ids"]
+        self.assertEqual(ids[0], 151644)
+        ids = json.loads(pocket("tokenize", "-m", QWEN3_TOKENIZER, "--no-parse-special",
+                                input=stdin).stdout)["ids"]
+        self.assertNotIn(151644, ids)
+
+    def test_model_with_real_tokenizer(self):
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        info = json.loads(pocket("info", model, "--json").stdout)
+        self.assertEqual(info["tokenizer_vocab"], 1024)
+        self.assertEqual(info["chat_template"], "qwen3")
+        # The fitted vocabulary places the 26 added tokens at the end.
+        out = pocket("tokenize", "-m", model, input=json.dumps({"text": "<|im_end|>"}) + "\n")
+        self.assertEqual(json.loads(out.stdout)["ids"], [1024 - 26 + 2])
+
+    def test_chat_keeps_the_kv_cache_between_turns(self):
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        p = subprocess.run([POCKET, "chat", "-m", model, "-n", "6", "--temp", "0", "-v"],
+                           input="hello there\nand a second question\n/exit\n", capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        reused = [int(x) for x in re.findall(r"\((\d+) reused\)", p.stderr)]
+        self.assertEqual(len(reused), 2, p.stderr)
+        self.assertEqual(reused[0], 0)
+        # Turn 2 re-evaluates only what changed after the first turn's prompt.
+        self.assertGreater(reused[1], 8, p.stderr)
+
+    def test_run_chat_rejects_models_without_a_template(self):
+        model = make_model("errors-tiny.gguf")
+        p = subprocess.run([POCKET, "run", "-m", model, "--tokenizer", QWEN3_TOKENIZER, "-p", "x",
+                            "--chat", "-n", "2"], capture_output=True, text=True)
+        # The Qwen3 tokenizer.json's directory has tokenizer_config.json with the template, but
+        # its vocabulary (151669) does not fit this model's 1024 rows: a clear error.
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("1024", p.stderr)
+
+
+if __name__ == "__main__":
+    main_unittest()
