@@ -12,7 +12,8 @@
 namespace pocket {
 namespace {
 
-const std::string kStories = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
+const std::string kStories =
+    std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
 const std::string kTok = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/tok512.bin";
 
 std::shared_ptr<const Model> Stories() {
@@ -182,7 +183,8 @@ TEST(SessionTest, PrefixIsReusedAndResultsMatchAFreshSession) {
   EXPECT_GT(second->n_reused_tokens, 5);
   auto fresh = Session::Create(model);
   ASSERT_TRUE(fresh.ok());
-  auto expected = (*fresh)->Generate(std::string_view("Once upon a time, there was a cat"), Greedy(20));
+  auto expected =
+      (*fresh)->Generate(std::string_view("Once upon a time, there was a cat"), Greedy(20));
   ASSERT_TRUE(expected.ok());
   EXPECT_EQ(second->tokens, expected->tokens);
 }
