@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
   clang libclang-rt-14-dev                         # libFuzzer targets
+  clang-format                                     # the style check in the suite
 )
 missing=()
 for p in "${packages[@]}"; do
