@@ -109,6 +109,15 @@ TEST(GgufTest, RoundTripsEveryValueType) {
 }
 
 // Every truncation of a valid file is an error, never a crash (ASan checks the "never").
+TEST(GgufTest, ReadsVersion2) {
+  std::string bytes = SampleFile();
+  bytes[4] = 2;  // v2 has the same layout as v3 (64-bit counts, little-endian)
+  auto g = GgufFile::Parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "v2");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ((*g)->version(), 2u);
+  EXPECT_EQ((*g)->tensors().size(), 2u);
+}
+
 TEST(GgufTest, EveryTruncationIsAClearError) {
   const std::string bytes = SampleFile();
   // Padding after the last tensor's data is optional; everything before its end is required.

@@ -82,5 +82,44 @@ class LogitsMatchReference(unittest.TestCase):
                     self.assertLessEqual(err, 1e-4)
 
 
+    def test_sharded_safetensors(self):
+        """A Hugging Face directory whose weights are split across shards listed by
+        model.safetensors.index.json loads and gives the same logits as the single file."""
+        import json, os, shutil, struct
+        single = make_model("shard-src-hf", arch="qwen2", type="bf16", seed=5,
+                            extra=("--format", "hf"))
+        sharded = work_path("shard-hf")
+        shutil.rmtree(sharded, ignore_errors=True)
+        os.makedirs(sharded)
+        shutil.copyfile(os.path.join(single, "config.json"), os.path.join(sharded, "config.json"))
+        with open(os.path.join(single, "model.safetensors"), "rb") as f:
+            data = f.read()
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        header.pop("__metadata__", None)
+        base = 8 + n
+        names = sorted(header)
+        weight_map = {}
+        for i, part in enumerate((names[::2], names[1::2])):
+            fname = f"model-{i + 1:05d}-of-00002.safetensors"
+            new_header, chunks, offset = {}, [], 0
+            for name in part:
+                b, e = header[name]["data_offsets"]
+                new_header[name] = dict(header[name], data_offsets=[offset, offset + e - b])
+                chunks.append(data[base + b:base + e])
+                offset += e - b
+                weight_map[name] = fname
+            text = json.dumps(new_header).encode()
+            with open(os.path.join(sharded, fname), "wb") as f:
+                f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+        with open(os.path.join(sharded, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        ids = token_ids(1024, 24, seed=9)
+        pocket("logits", "-m", single, "--ids", ids_arg(ids), "--all", "-o", work_path("s1.npy"))
+        pocket("logits", "-m", sharded, "--ids", ids_arg(ids), "--all", "-o", work_path("s2.npy"))
+        a, b = load_npy(work_path("s1.npy")), load_npy(work_path("s2.npy"))
+        self.assertEqual(np.abs(a - b).max(), 0.0)
+
+
 if __name__ == "__main__":
     main_unittest()
