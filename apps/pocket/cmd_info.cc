@@ -20,7 +20,7 @@ Command AddInfoCommand(CLI::App& root) {
   app->add_flag("--json", *json, "print one JSON object");
   app->add_flag("--tensors", *tensors, "list every tensor");
   return {app, [=]() -> int {
-            auto model = LoadModel(*path, *tokenizer, false);
+            auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
             if (!model.ok()) return ReportError(model.status());
             const Model& m = **model;
             const ModelConfig& c = m.config();

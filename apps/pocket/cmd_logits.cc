@@ -12,19 +12,18 @@ namespace pocket::cli {
 Command AddLogitsCommand(CLI::App& root) {
   auto* app = root.add_subcommand("logits", "write the logits of a token sequence as .npy");
   struct Flags {
-    std::string model, tokenizer, ids, out;
+    std::string model, ids, out;
+    EngineFlags engine;
     bool all = false;
     int32_t decode_from = -1;
-    int32_t n_batch = 128;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "the model")->required();
-  app->add_option("--tokenizer", f->tokenizer, "tokenizer (unused; for symmetry with run)");
+  f->engine.Register(app);
   app->add_option("--ids", f->ids, "comma-separated token ids, e.g. 1,2,3")->required();
   app->add_flag("--all", f->all, "logits of every position, not only the last");
   app->add_option("--decode-from", f->decode_from,
                   "prefill the first K tokens, then decode the rest one at a time");
-  app->add_option("-b,--batch", f->n_batch, "prefill chunk size")->capture_default_str();
   app->add_option("-o,--output", f->out, "output .npy file")->required();
   return {
       app, [=]() -> int {
@@ -38,7 +37,7 @@ Command AddLogitsCommand(CLI::App& root) {
           }
           ids.push_back(static_cast<int32_t>(v));
         }
-        auto model = LoadModel(f->model, f->tokenizer, false);
+        auto model = LoadModel(f->model, f->engine);
         if (!model.ok()) return ReportError(model.status());
         const int32_t vocab = (*model)->config().vocab_size;
         for (size_t i = 0; i < ids.size(); ++i) {
@@ -47,9 +46,10 @@ Command AddLogitsCommand(CLI::App& root) {
                                                " is outside the vocabulary of ", vocab));
           }
         }
-        SessionOptions so;
+        auto engine = f->engine.Session();
+        if (!engine.ok()) return ReportError(engine.status());
+        SessionOptions so = *engine;
         so.n_ctx = static_cast<int32_t>(ids.size());
-        so.n_batch = f->n_batch;
         if (static_cast<int32_t>(ids.size()) > (*model)->config().n_ctx_train) {
           return ReportError(OutOfRangeError(ids.size(), " ids exceed the model's context of ",
                                              (*model)->config().n_ctx_train));

@@ -18,9 +18,8 @@ namespace {
 
 struct GenerationFlags {
   std::string model;
-  std::string tokenizer;
+  EngineFlags engine;
   int32_t n_predict = 256;
-  int32_t n_ctx = 4096;
   float temp = 0.8f;
   int32_t top_k = 40;
   float top_p = 0.95f;
@@ -32,16 +31,13 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::string system;
   bool no_think = false;
-  bool verbose = false;
 
   void Register(CLI::App* app) {
     app->add_option("-m,--model", model, "GGUF file, Hugging Face directory or llama2.c .bin")
         ->required();
-    app->add_option("--tokenizer", tokenizer,
-                    "tokenizer.json, or a llama2.c tokenizer.bin (llama2.c models need one)");
+    engine.Register(app);
     app->add_option("-n,--n-predict", n_predict, "tokens to generate at most")
         ->capture_default_str();
-    app->add_option("-c,--ctx-size", n_ctx, "context size in tokens")->capture_default_str();
     app->add_option("--temp", temp, "temperature; 0 is greedy")->capture_default_str();
     app->add_option("--top-k", top_k, "top-k; 0 is off")->capture_default_str();
     app->add_option("--top-p", top_p, "top-p; 1 is off")->capture_default_str();
@@ -54,7 +50,6 @@ struct GenerationFlags {
     app->add_option("--stop", stop, "stop when this string appears (repeatable)");
     app->add_option("--system", system, "system message (with --chat / in chat)");
     app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
-    app->add_flag("-v,--verbose", verbose, "log loading details to stderr");
   }
 
   GenerateOptions Options() const {
@@ -127,7 +122,7 @@ Command AddRunCommand(CLI::App& root) {
             }
             if (text.empty())
               return ReportError(InvalidArgumentError("give a prompt with -p or -f"));
-            auto model = LoadModel(flags->model, flags->tokenizer, flags->verbose);
+            auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             if ((*model)->tokenizer() == nullptr) {
               return ReportError(FailedPreconditionError(
@@ -145,9 +140,9 @@ Command AddRunCommand(CLI::App& root) {
               if (!formatted.ok()) return ReportError(formatted.status());
               text = *formatted;
             }
-            SessionOptions so;
-            so.n_ctx = flags->n_ctx;
-            auto session = Session::Create(*model, so);
+            auto so = flags->engine.Session();
+            if (!so.ok()) return ReportError(so.status());
+            auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             auto result =
                 (*session)->Generate(std::string_view(text), flags->Options(),
@@ -187,13 +182,13 @@ Command AddChatCommand(CLI::App& root) {
   auto flags = std::make_shared<GenerationFlags>();
   flags->Register(app);
   return {app, [=]() -> int {
-            auto model = LoadModel(flags->model, flags->tokenizer, flags->verbose);
+            auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             auto tmpl = ModelTemplate(**model);
             if (!tmpl.ok()) return ReportError(tmpl.status());
-            SessionOptions so;
-            so.n_ctx = flags->n_ctx;
-            auto session = Session::Create(*model, so);
+            auto so = flags->engine.Session();
+            if (!so.ok()) return ReportError(so.status());
+            auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             std::vector<ChatMessage> messages;
             if (!flags->system.empty()) messages.push_back({"system", flags->system});
@@ -217,7 +212,7 @@ Command AddChatCommand(CLI::App& root) {
               auto result = (*session)->Generate(std::string_view(*formatted), options, PrintPiece);
               if (!result.ok()) return ReportError(result.status());
               std::fputc('\n', stdout);
-              if (flags->verbose) PrintStats(*result);
+              if (flags->engine.verbose) PrintStats(*result);
               messages.push_back({"assistant", result->text});
             }
             return 0;

@@ -30,7 +30,7 @@ Command AddTokenizeCommand(CLI::App& root) {
           owned = *t;
           tok = owned.get();
         } else {
-          auto m = LoadModel(*model_path, *tokenizer_path, false);
+          auto m = LoadModel(*model_path, TokenizerOnly(*tokenizer_path));
           if (!m.ok()) return ReportError(m.status());
           model = *m;
           tok = model->tokenizer();

@@ -8,7 +8,9 @@
 
 #include "base/log.h"
 #include "base/status.h"
+#include "kernels/select.h"
 #include "model/model.h"
+#include "runtime/session.h"
 
 namespace pocket::cli {
 
@@ -31,7 +33,28 @@ int ReportError(const Status& status);
 // The CLI's logger: warnings and errors to stderr; info too with --verbose.
 Logger CliLogger(bool verbose);
 
-StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path,
-                                                 const std::string& tokenizer_path, bool verbose);
+// Options of the engine shared by every command that runs a model.
+struct EngineFlags {
+  std::string tokenizer;
+  int32_t n_threads = 0;
+  int32_t n_ctx = 4096;
+  int32_t n_batch = 128;
+  std::string kv_type = "f16";
+  std::string kernels;
+  bool no_amx = false;
+  bool no_repack = false;
+  bool verbose = false;
+
+  void Register(CLI::App* app);
+  StatusOr<SessionOptions> Session() const;
+};
+
+StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path, const EngineFlags& flags);
+// Engine defaults with only a tokenizer override (for commands that do not run the model).
+inline EngineFlags TokenizerOnly(const std::string& tokenizer) {
+  EngineFlags f;
+  f.tokenizer = tokenizer;
+  return f;
+}
 
 }  // namespace pocket::cli

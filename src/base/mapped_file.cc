@@ -46,6 +46,13 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void ReleaseMappedPages(const void* begin, size_t n_bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + n_bytes) / page * page;
+  if (end > start) ::madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path) {
   if (IsDirectory(path)) return InvalidArgumentError(path, " is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);

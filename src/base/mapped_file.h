@@ -32,6 +32,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Tells the OS that the mapped pages inside [begin, begin + n_bytes) are no longer needed (the
+// source of weights repacked elsewhere), so they leave the resident set. Only whole pages inside
+// the range are released; reading them again later is valid (they are re-read from the file).
+void ReleaseMappedPages(const void* begin, size_t n_bytes);
+
 // Whole-file read into memory (for small files: config.json, tokenizer.bin).
 StatusOr<std::string> ReadFileToString(const std::string& path);
 

@@ -1,17 +1,24 @@
 // The one place the forward pass gets its arithmetic from: a table of function pointers chosen
 // once from the CPU's features (SelectKernels). Everything above this layer calls through the
 // table; ISA-specific code lives only in kernels/x86 and kernels/arm.
+//
+// Every table computes the same results as the scalar reference table, bit for bit, for the
+// integer paths (quantize_rows, packed_gemm) and the dense path (dense_gemm): float reductions
+// follow one canonical order (16 interleaved partial sums, combined as a fixed tree; see
+// reference/canonical.h), which every ISA can reproduce. Attention uses exp(), whose vector
+// approximations differ from std::exp, and is checked against the reference with a tolerance.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 #include "quant/dtype.h"
+#include "quant/packed.h"
 
 namespace pocket {
 
-// A weight matrix [rows = out_features, cols = in_features], row-major, each row RowBytes(type,
-// cols) bytes (a view into the mapped model file or a repacked buffer).
+// A dense weight matrix [rows = out_features, cols = in_features], row-major in its stored type
+// (f32, f16, bf16, or a GGUF block type): a view into the mapped model file.
 struct WeightMatrix {
   DType type = DType::kF32;
   int64_t rows = 0;
@@ -22,38 +29,107 @@ struct WeightMatrix {
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+// Activations quantized to int8, one scale per group of `group` columns (the group of the packed
+// matrix they multiply): x[t][k] ~= scale[t][g] * q[t][k].
+struct QuantizedRows {
+  int8_t* q = nullptr;     // [n_tokens, cols]
+  float* scale = nullptr;  // [n_tokens, n_groups]
+  int32_t* sum = nullptr;  // [n_tokens, n_groups]: sum of q over the group
+  int64_t n_tokens = 0;
+  int64_t cols = 0;
+  int32_t group = 32;
+  int64_t n_groups() const { return cols / group; }
+};
+
+enum class Epilogue : uint8_t {
+  kStore,       // y[t][r] = (W x)[r]
+  kAccumulate,  // y[t][r] += (W x)[r]  (a residual connection)
+  kSwiGlu,      // rows come in panel pairs (gate panel, up panel): y[t][16 i + j] =
+                // silu(gate row 32 i + j) * (up row 32 i + 16 + j); output has rows / 2 columns
+};
+
+struct GemmOut {
+  float* y = nullptr;
+  int64_t ld = 0;  // row stride of y, in floats
+  Epilogue epilogue = Epilogue::kStore;
+};
+
+// KV cache storage of one layer and KV head. K is blocked by 16 positions and transposed inside a
+// block ([n_ctx / 16][head_dim][16]) so 16 scores come from one pass over the block; V is
+// row-major ([n_ctx][head_dim]). kQ8 keeps one f32 scale per position for K and for V.
+enum class KvType : uint8_t { kF32 = 0, kF16 = 1, kQ8 = 2 };
+std::string_view KvTypeName(KvType type);
+bool ParseKvType(std::string_view name, KvType* out);
+size_t KvElementBytes(KvType type);
+
+struct KvHeadView {
+  KvType type = KvType::kF16;
+  int32_t head_dim = 0;
+  void* k = nullptr;
+  void* v = nullptr;
+  float* k_scale = nullptr;  // kQ8 only: [n_ctx]
+  float* v_scale = nullptr;
+};
+
+// Causal attention of query tokens [t_begin, t_end) (token t at absolute position pos0 + t) over
+// cache positions [0, pos0 + t], for the n_q_heads query heads that share one KV head.
+struct AttentionTask {
+  const float* q =
+      nullptr;  // token t, head h: q + t * ldq + h * head_dim (h relative to the group)
+  int64_t ldq = 0;
+  float* out = nullptr;  // same indexing with ldo
+  int64_t ldo = 0;
+  KvHeadView kv;
+  int32_t n_q_heads = 1;
+  int64_t pos0 = 0;
+  int64_t t_begin = 0;
+  int64_t t_end = 0;
+  float scale = 1.0f;
+};
+// Scratch floats an attention call needs.
+inline int64_t AttentionScratchFloats(int32_t n_q_heads, int32_t head_dim) {
+  return int64_t{n_q_heads} * (head_dim + 2) + 64;
+}
+
 struct KernelTable {
   std::string_view name;
 
-  // y[t, r] = sum_c w[r, c] * x[t, c] for t < n_tokens and r in [row_begin, row_end).
-  // x: [n_tokens, w.cols], y: [n_tokens, w.rows] (only the given rows are written).
-  // scratch: at least w.cols floats.
-  void (*matmul)(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-                 int64_t row_begin, int64_t row_end, float* scratch);
+  // x: [n_tokens, cols] with row stride ldx -> out (sized by the caller for n_tokens, cols,
+  // out->group). When norm_weight is given, each row is RMS-normalized first (eps).
+  void (*quantize_rows)(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
+                        const float* norm_weight, float eps, QuantizedRows* out);
+
+  // Panels [panel_begin, panel_end) of w times the quantized activations, for all a.n_tokens.
+  // y[t][r] = sum_g a.scale[t][g] * (d[r][g] * sum_k code * q + m[r][g] * a.sum[t][g]).
+  // For kSwiGlu the range must cover whole (gate, up) panel pairs.
+  void (*packed_gemm)(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                      int64_t panel_end, const GemmOut& out);
+
+  // Rows [row_begin, row_end) of a dense matrix times float activations x [n_tokens, w.cols]
+  // (row stride ldx). scratch: w.cols floats (to dequantize a row of a block type).
+  void (*dense_gemm)(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                     int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch);
 
   // y = x / sqrt(mean(x^2) + eps) * weight, over n elements (y may alias x).
   void (*rmsnorm)(const float* x, const float* weight, float eps, int64_t n, float* y);
 
   // In place on x: [n_heads, head_dim]. cos/sin: [head_dim / 2] for this position.
-  // interleaved: pairs (x[2i], x[2i+1]) (GGUF llama, llama2.c); else rotate-half pairs
-  // (x[i], x[i + head_dim/2]) (Hugging Face, qwen2/qwen3).
+  // interleaved: pairs (x[2i], x[2i+1]); else (x[i], x[i + head_dim/2]).
   void (*rope)(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,
                bool interleaved);
 
   // out[i] = silu(gate[i]) * up[i].
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
 
-  // Attention of one query head over positions [0, n_pos) of one KV head.
-  // q: [head_dim]; k, v: [n_pos, head_dim] with row stride kv_stride floats; out: [head_dim].
-  // scores: scratch of n_pos floats.
-  void (*attention_head)(const float* q, const float* k, const float* v, int64_t n_pos,
-                         int64_t head_dim, int64_t kv_stride, float scale, float* scores,
-                         float* out);
+  // Writes keys and values of positions [pos, pos + n) (rows of head_dim floats, row strides
+  // ldk, ldv) into one KV head's cache.
+  void (*kv_store)(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64_t ldk,
+                   const float* v, int64_t ldv);
+
+  void (*attention)(const AttentionTask& task, float* scratch);
 };
 
 // The scalar reference table: the ground truth every other table is tested against.
 const KernelTable& ReferenceKernels();
-// The best table for this CPU.
-const KernelTable& SelectKernels();
 
 }  // namespace pocket

@@ -1,80 +1,266 @@
+// Differential tests: every kernel table this CPU (or emulator) runs against the scalar reference.
+// quantize_rows, packed_gemm (store / accumulate epilogues), dense_gemm, rmsnorm, rope and kv_store
+// must be bit-identical; attention and SiLU (exp approximations) within a stated tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "base/float16.h"
 #include "base/rng.h"
 #include "kernels/kernel_table.h"
+#include "kernels/reference/reference_kernels.h"
+#include "kernels/select.h"
 #include "quant/quantize.h"
 
 namespace pocket {
 namespace {
 
-// The reference kernels against definitions written out longhand in double precision.
-TEST(ReferenceKernelsTest, MatmulMatchesDoubleForEveryType) {
-  const KernelTable& k = ReferenceKernels();
-  const int64_t rows = 8, cols = 256, n_tokens = 3;
-  Rng rng(3);
-  std::vector<float> wf(rows * cols), x(n_tokens * cols);
-  for (float& v : wf) v = rng.NextFloat() - 0.5f;
-  for (float& v : x) v = rng.NextFloat() - 0.5f;
-  for (int ti = 0; ti < static_cast<int>(DType::kCount); ++ti) {
-    const DType type = static_cast<DType>(ti);
-    std::vector<uint8_t> wq(RowBytes(type, cols) * rows);
-    for (int64_t r = 0; r < rows; ++r)
-      QuantizeRow(type, &wf[r * cols], wq.data() + r * RowBytes(type, cols), cols);
-    WeightMatrix w{type, rows, cols, wq.data(), RowBytes(type, cols)};
-    std::vector<float> y(n_tokens * rows, NAN), scratch(cols);
-    k.matmul(w, x.data(), n_tokens, y.data(), 0, rows, scratch.data());
-    std::vector<float> deq(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      DequantizeRow(type, w.row(r), deq.data(), cols);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        double want = 0;
-        for (int64_t c = 0; c < cols; ++c) want += double(deq[c]) * x[t * cols + c];
-        EXPECT_NEAR(y[t * rows + r], want, 1e-5) << DTypeName(type) << " r=" << r << " t=" << t;
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = (rng.NextFloat() * 2.0f - 1.0f) * scale;
+  return v;
+}
+
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum;
+  QuantizedRows rows;
+  Quantized(int64_t n_tokens, int64_t cols, int32_t group)
+      : q(static_cast<size_t>(n_tokens * cols)),
+        scale(static_cast<size_t>(n_tokens * cols / group)),
+        sum(scale.size()) {
+    rows = {q.data(), scale.data(), sum.data(), n_tokens, cols, group};
+  }
+};
+
+// A random packed matrix with fp16-exact scales and some outlier rows.
+struct RandomPacked {
+  std::vector<uint8_t> bytes;
+  PackedMatrix m;
+  RandomPacked(PackedCodes codes, int32_t group, int64_t rows, int64_t cols, uint64_t seed) {
+    PackedLayout l{codes, group, rows, cols};
+    Rng rng(seed);
+    const int max_code = codes == PackedCodes::kU4 ? 15 : 255;
+    std::vector<uint8_t> c(static_cast<size_t>(rows * cols));
+    for (uint8_t& v : c) v = static_cast<uint8_t>(rng.NextBelow(max_code + 1));
+    std::vector<float> d(static_cast<size_t>(rows * l.n_groups())), mm(d.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+      d[i] = Fp16ToFloat(FloatToFp16(0.001f + rng.NextFloat() * 0.02f));
+      mm[i] = Fp16ToFloat(FloatToFp16(-rng.NextFloat() * 0.1f));
+    }
+    bytes.resize(l.total_bytes());
+    PackCodes(l, c.data(), d.data(), mm.data(), bytes.data());
+    m = PackedMatrix{l, bytes.data()};
+  }
+};
+
+class KernelsTest : public ::testing::TestWithParam<const KernelTable*> {};
+
+TEST_P(KernelsTest, QuantizeRowsIsBitExact) {
+  const KernelTable& k = *GetParam();
+  for (int32_t group : {32, 64, 128}) {
+    for (bool with_norm : {false, true}) {
+      const int64_t n_tokens = 5, cols = 896 + (group == 128 ? 128 : 0), ldx = cols + 7;
+      std::vector<float> x = Random(static_cast<size_t>(n_tokens * ldx), 11 + group, 3.0f);
+      x[5] = 40.0f;                                                             // an outlier
+      for (int64_t i = 0; i < 64; ++i) x[static_cast<size_t>(ldx + i)] = 0.0f;  // an all-zero group
+      std::vector<float> w = Random(static_cast<size_t>(cols), 3);
+      Quantized a(n_tokens, cols, group), b(n_tokens, cols, group);
+      reference::QuantizeRows(x.data(), ldx, n_tokens, cols, with_norm ? w.data() : nullptr, 1e-6f,
+                              &a.rows);
+      k.quantize_rows(x.data(), ldx, n_tokens, cols, with_norm ? w.data() : nullptr, 1e-6f,
+                      &b.rows);
+      EXPECT_EQ(a.q, b.q) << k.name << " group " << group << " norm " << with_norm;
+      EXPECT_EQ(a.scale, b.scale) << k.name;
+      EXPECT_EQ(a.sum, b.sum) << k.name;
+    }
+  }
+}
+
+TEST_P(KernelsTest, PackedGemmIsBitExact) {
+  const KernelTable& k = *GetParam();
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    for (int32_t group : {32, 64, 128}) {
+      for (int64_t n_tokens : {1, 3, 16, 37}) {
+        const int64_t rows = 80, cols = 512;
+        RandomPacked w(codes, group, rows, cols, 5 + group);
+        std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 17 + n_tokens);
+        Quantized a(n_tokens, cols, group);
+        reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+        for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+          const int64_t ld = rows + 3;
+          std::vector<float> want = Random(static_cast<size_t>(n_tokens * ld), 99);
+          std::vector<float> got = want;
+          // Panels [1, 4): rows 16..63 only; the rest must stay untouched.
+          reference::PackedGemm(w.m, a.rows, 1, 4, {want.data(), ld, e});
+          k.packed_gemm(w.m, a.rows, 1, 4, {got.data(), ld, e});
+          ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " group " << group
+                               << " tokens " << n_tokens << " epilogue " << int(e);
+        }
       }
     }
   }
 }
 
-TEST(ReferenceKernelsTest, MatmulWritesOnlyItsRows) {
-  const KernelTable& k = ReferenceKernels();
-  std::vector<float> wf(4 * 32, 1.0f), x(32, 1.0f), y(4, -7.0f), scratch(32);
-  WeightMatrix w{DType::kF32, 4, 32, reinterpret_cast<const uint8_t*>(wf.data()), 32 * 4};
-  k.matmul(w, x.data(), 1, y.data(), 1, 3, scratch.data());
-  EXPECT_EQ(y[0], -7.0f);
-  EXPECT_EQ(y[1], 32.0f);
-  EXPECT_EQ(y[2], 32.0f);
-  EXPECT_EQ(y[3], -7.0f);
+TEST_P(KernelsTest, PackedGemmSwiGluWithinTolerance) {
+  const KernelTable& k = *GetParam();
+  const int64_t rows = 128, cols = 256, n_tokens = 20;
+  RandomPacked w(PackedCodes::kU4, 64, rows, cols, 8);
+  std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 21, 4.0f);
+  Quantized a(n_tokens, cols, 64);
+  reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+  std::vector<float> want(static_cast<size_t>(n_tokens * rows / 2)), got(want.size());
+  reference::PackedGemm(w.m, a.rows, 0, 8, {want.data(), rows / 2, Epilogue::kSwiGlu});
+  k.packed_gemm(w.m, a.rows, 0, 8, {got.data(), rows / 2, Epilogue::kSwiGlu});
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i])) << k.name << " at " << i;
+  }
 }
 
-TEST(ReferenceKernelsTest, RmsnormRopeSiluAttention) {
-  const KernelTable& k = ReferenceKernels();
-  std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0.5f}, y(4);
-  k.rmsnorm(x.data(), w.data(), 1e-6f, 4, y.data());
-  const double inv = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], x[i] * inv * w[i], 1e-6);
+TEST_P(KernelsTest, DenseGemmIsBitExact) {
+  const KernelTable& k = *GetParam();
+  for (int ti = 0; ti < static_cast<int>(DType::kCount); ++ti) {
+    const DType type = static_cast<DType>(ti);
+    const int64_t rows = 24, cols = 512 + 256 * (type == DType::kF32 ? 0 : 1), n_tokens = 5;
+    std::vector<float> wf = Random(static_cast<size_t>(rows * cols), 31 + ti);
+    const size_t row_bytes = RowBytes(type, cols);
+    std::vector<uint8_t> wq(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, &wf[r * cols], &wq[r * row_bytes], cols);
+    WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * (cols + 3)), 41);
+    for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+      std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 5), got = want;
+      std::vector<float> scratch(static_cast<size_t>(cols));
+      reference::DenseGemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {want.data(), rows, e},
+                           scratch.data());
+      k.dense_gemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {got.data(), rows, e},
+                   scratch.data());
+      ASSERT_EQ(want, got) << k.name << " " << DTypeName(type);
+    }
+  }
+}
 
-  // Rotate-half on one head of 4: pairs (0,2), (1,3); interleaved: (0,1), (2,3).
-  const float cs[2] = {0.0f, 1.0f}, sn[2] = {1.0f, 0.0f};  // pair 0 rotated by 90 degrees
-  std::vector<float> h = {1, 2, 3, 4};
-  k.rope(h.data(), 1, 4, cs, sn, /*interleaved=*/false);
-  EXPECT_EQ(h, (std::vector<float>{-3, 2, 1, 4}));
-  h = {1, 2, 3, 4};
-  k.rope(h.data(), 1, 4, cs, sn, /*interleaved=*/true);
-  EXPECT_EQ(h, (std::vector<float>{-2, 1, 3, 4}));
+TEST_P(KernelsTest, NormRopeSiluKvStore) {
+  const KernelTable& k = *GetParam();
+  for (int64_t n : {64, 100, 896}) {
+    std::vector<float> x = Random(static_cast<size_t>(n), n, 5.0f),
+                       w = Random(static_cast<size_t>(n), 2);
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    reference::Rmsnorm(x.data(), w.data(), 1e-6f, n, a.data());
+    k.rmsnorm(x.data(), w.data(), 1e-6f, n, b.data());
+    EXPECT_EQ(a, b) << k.name << " rmsnorm " << n;
+    std::vector<float> g = Random(static_cast<size_t>(n), 8, 6.0f);
+    reference::SiluMul(g.data(), x.data(), n, a.data());
+    k.silu_mul(g.data(), x.data(), n, b.data());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-5f + 1e-5f * std::fabs(a[i])) << k.name;
+  }
+  for (bool interleaved : {false, true}) {
+    for (int64_t hd : {64, 128}) {
+      std::vector<float> x = Random(static_cast<size_t>(14 * hd), 4), y = x;
+      std::vector<float> cs = Random(static_cast<size_t>(hd / 2), 5),
+                         sn = Random(static_cast<size_t>(hd / 2), 6);
+      reference::Rope(x.data(), 14, hd, cs.data(), sn.data(), interleaved);
+      k.rope(y.data(), 14, hd, cs.data(), sn.data(), interleaved);
+      EXPECT_EQ(x, y) << k.name << " rope";
+    }
+  }
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+    const int32_t hd = 64;
+    const int64_t n_ctx = 48;
+    std::vector<uint8_t> ka(n_ctx * hd * 4), va(ka.size()), kb(ka.size()), vb(ka.size());
+    std::vector<float> ksa(n_ctx), vsa(n_ctx), ksb(n_ctx), vsb(n_ctx);
+    KvHeadView a{type, hd, ka.data(), va.data(), ksa.data(), vsa.data()};
+    KvHeadView b{type, hd, kb.data(), vb.data(), ksb.data(), vsb.data()};
+    std::vector<float> kv = Random(static_cast<size_t>(20 * 3 * hd), 12, 2.0f);
+    reference::KvStore(a, 5, 20, kv.data(), 3 * hd, kv.data() + hd, 3 * hd);
+    k.kv_store(b, 5, 20, kv.data(), 3 * hd, kv.data() + hd, 3 * hd);
+    const size_t elem = KvElementBytes(type);
+    for (int64_t pos = 5; pos < 25; ++pos) {
+      for (int32_t d = 0; d < hd; ++d) {
+        const size_t ki = ((pos / 16) * hd * 16 + d * 16 + pos % 16) * elem;
+        const size_t vi = (pos * hd + d) * elem;
+        ASSERT_EQ(std::memcmp(&ka[ki], &kb[ki], elem), 0) << k.name << " K " << pos << "," << d;
+        ASSERT_EQ(std::memcmp(&va[vi], &vb[vi], elem), 0) << k.name << " V " << pos << "," << d;
+      }
+      if (type == KvType::kQ8) {
+        ASSERT_EQ(ksa[pos], ksb[pos]);
+        ASSERT_EQ(vsa[pos], vsb[pos]);
+      }
+    }
+  }
+}
 
-  float g[2] = {0.0f, 2.0f}, u[2] = {3.0f, 1.0f}, o[2];
-  k.silu_mul(g, u, 2, o);
-  EXPECT_FLOAT_EQ(o[0], 0.0f);
-  EXPECT_NEAR(o[1], 2.0 / (1.0 + std::exp(-2.0)), 1e-6);
+TEST_P(KernelsTest, AttentionWithinTolerance) {
+  const KernelTable& k = *GetParam();
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+    for (int32_t hd : {64, 128}) {
+      const int32_t n_q_heads = 7;
+      const int64_t n_ctx = 80, pos0 = 37, n_tokens = 21;  // tokens at positions 37..57
+      const size_t plane = static_cast<size_t>(n_ctx * hd) * KvElementBytes(type);
+      std::vector<uint8_t> kbuf(plane), vbuf(plane);
+      std::vector<float> ks(n_ctx), vs(n_ctx);
+      KvHeadView kv{type, hd, kbuf.data(), vbuf.data(), ks.data(), vs.data()};
+      std::vector<float> keys = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 3, 2.0f);
+      std::vector<float> vals = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 4);
+      reference::KvStore(kv, 0, pos0 + n_tokens, keys.data(), hd, vals.data(), hd);
+      const int64_t ld = n_q_heads * hd + 5;
+      std::vector<float> q = Random(static_cast<size_t>(n_tokens * ld), 6, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n_tokens * ld)), got(want.size());
+      std::vector<float> scratch(static_cast<size_t>(AttentionScratchFloats(n_q_heads, hd)));
+      for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
+        AttentionTask task{q.data(),
+                           ld,
+                           want.data(),
+                           ld,
+                           kv,
+                           n_q_heads,
+                           pos0,
+                           t0,
+                           std::min<int64_t>(n_tokens, t0 + 16),
+                           1.0f / std::sqrt(float(hd))};
+        reference::Attention(task, scratch.data());
+        task.out = got.data();
+        k.attention(task, scratch.data());
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t i = 0; i < n_q_heads * hd; ++i) {
+          const float a = want[static_cast<size_t>(t * ld + i)],
+                      b = got[static_cast<size_t>(t * ld + i)];
+          ASSERT_NEAR(a, b, 2e-5f + 2e-5f * std::fabs(a))
+              << k.name << " kv " << KvTypeName(type) << " hd " << hd << " token " << t << " i "
+              << i;
+        }
+      }
+    }
+  }
+}
 
-  // Two positions, equal scores: output is the mean of the values.
-  float q[2] = {1, 0}, kk[4] = {1, 0, 1, 0}, v[4] = {2, 4, 6, 8}, scores[2], out[2];
-  k.attention_head(q, kk, v, 2, 2, 2, 1.0f, scores, out);
-  EXPECT_NEAR(out[0], 4.0f, 1e-6);
-  EXPECT_NEAR(out[1], 6.0f, 1e-6);
+std::string TableName(const ::testing::TestParamInfo<const KernelTable*>& info) {
+  return std::string(info.param->name);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTables, KernelsTest, ::testing::ValuesIn(AvailableKernelTables()),
+                         TableName);
+
+TEST(KernelSelectionTest, BestTableAndForcing) {
+  const std::vector<const KernelTable*> tables = AvailableKernelTables();
+  ASSERT_FALSE(tables.empty());
+  EXPECT_EQ(tables.front()->name, "reference");
+  EXPECT_EQ(&SelectKernels(), tables.back());
+  auto forced = SelectKernels(KernelOptions{"reference", true});
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ((*forced)->name, "reference");
+  auto missing = SelectKernels(KernelOptions{"no-such-isa", true});
+  EXPECT_FALSE(missing.ok());
+  std::printf("kernel tables on this CPU:");
+  for (const KernelTable* t : tables) std::printf(" %s", std::string(t->name).c_str());
+  std::printf("\n");
 }
 
 }  // namespace

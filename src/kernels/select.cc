@@ -1,10 +1,66 @@
-#include "kernels/kernel_table.h"
+#include "kernels/select.h"
+
+#include "kernels/cpu_features.h"
+#include "kernels/tables.h"
 
 namespace pocket {
 
-// Only the reference table exists so far; the ISA tables plug in here, chosen from CPU features.
+std::string CpuFeatures::ToString() const {
+  std::string s;
+  auto add = [&s](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += " ";
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(avx512, "avx512");
+  add(avx512_vnni, "avx512-vnni");
+  add(avx512_bf16, "avx512-bf16");
+  add(amx_int8, "amx-int8");
+  add(neon, "neon");
+  add(dotprod, "dotprod");
+  add(i8mm, "i8mm");
+  return s.empty() ? "none" : s;
+}
+
+std::vector<const KernelTable*> AvailableKernelTables() {
+  std::vector<const KernelTable*> tables = {&ReferenceKernels()};
+  const CpuFeatures& f = DetectCpuFeatures();
+  (void)f;
+#if defined(POCKET_HAVE_X86_KERNELS)
+  if (f.avx2) tables.push_back(&Avx2Kernels());
+  if (f.avx512_vnni) tables.push_back(&Avx512Kernels());
+  if (f.amx_int8) tables.push_back(&AmxKernels());
+#endif
+#if defined(POCKET_HAVE_ARM_KERNELS)
+  tables.push_back(&NeonKernels());
+  if (f.dotprod) tables.push_back(&DotprodKernels());
+  if (f.i8mm) tables.push_back(&I8mmKernels());
+#endif
+  return tables;
+}
+
+StatusOr<const KernelTable*> SelectKernels(const KernelOptions& options) {
+  const std::vector<const KernelTable*> tables = AvailableKernelTables();
+  if (!options.force.empty()) {
+    for (const KernelTable* t : tables) {
+      if (t->name == options.force) return t;
+    }
+    std::string names;
+    for (const KernelTable* t : tables) names += (names.empty() ? "" : ", ") + std::string(t->name);
+    return InvalidArgumentError("kernels ", QuoteBytes(options.force),
+                                " are not available on this CPU (available: ", names, ")");
+  }
+  for (auto it = tables.rbegin(); it != tables.rend(); ++it) {
+    if (!options.allow_amx && (*it)->name == "amx") continue;
+    return *it;
+  }
+  return &ReferenceKernels();
+}
+
 const KernelTable& SelectKernels() {
-  return ReferenceKernels();
+  static const KernelTable* const kBest = *SelectKernels(KernelOptions());
+  return *kBest;
 }
 
 }  // namespace pocket

@@ -16,23 +16,69 @@ struct Pass {
   const KernelTable& k;
   KvCache& kv;
   ForwardScratch& s;
+  ThreadPool& pool;
   int32_t n_tokens;
   int32_t pos0;
+
+  float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
 };
 
-void MatMul(const Pass& p, const WeightMatrix& w, const float* x, float* y) {
-  p.k.matmul(w, x, p.n_tokens, y, 0, w.rows, p.s.row);
+// out = W · norm?(x) for every token: x [n_tokens, l.cols()] with row stride ldx.
+void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
+             const GemmOut& out) {
+  const int64_t n = p.n_tokens;
+  if (l.packed) {
+    QuantizedRows q = p.s.quant;
+    q.n_tokens = n;
+    q.cols = l.cols();
+    q.group = l.p.layout.group;
+    p.pool.ParallelFor(n, [&](int64_t b, int64_t e, int) {
+      QuantizedRows part = q;
+      part.q += b * q.cols;
+      part.scale += b * q.n_groups();
+      part.sum += b * q.n_groups();
+      part.n_tokens = e - b;
+      p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
+    });
+    const int64_t n_panels = l.p.layout.n_panels();
+    if (out.epilogue == Epilogue::kSwiGlu) {
+      p.pool.ParallelFor(n_panels / 2, [&](int64_t b, int64_t e, int) {
+        p.k.packed_gemm(l.p, q, 2 * b, 2 * e, out);
+      });
+    } else {
+      p.pool.ParallelFor(n_panels,
+                         [&](int64_t b, int64_t e, int) { p.k.packed_gemm(l.p, q, b, e, out); });
+    }
+    return;
+  }
+  const float* input = x;
+  int64_t ld = ldx;
+  if (norm != nullptr) {
+    for (int64_t t = 0; t < n; ++t)
+      p.k.rmsnorm(x + t * ldx, norm, p.c.rms_eps, l.cols(), p.s.xn + t * l.cols());
+    input = p.s.xn;
+    ld = l.cols();
+  }
+  p.pool.ParallelFor(l.rows(), [&](int64_t b, int64_t e, int t) {
+    p.k.dense_gemm(l.w, input, ld, n, b, e, out, p.thread_scratch(t));
+  });
 }
 
 Status Embed(const Pass& p, std::span<const int32_t> tokens) {
-  const WeightMatrix& e = p.w.token_embd;
+  const Linear& e = p.w.token_embd;
+  const int64_t vocab = e.rows();
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const int32_t id = tokens[static_cast<size_t>(t)];
-    if (id < 0 || id >= e.rows) {
+    if (id < 0 || id >= vocab) {
       return OutOfRangeError("token id ", id, " at position ", p.pos0 + t,
-                             " is outside the vocabulary (0 to ", e.rows - 1, ")");
+                             " is outside the vocabulary (0 to ", vocab - 1, ")");
     }
-    DequantizeRow(e.type, e.row(id), p.s.x + static_cast<size_t>(t) * p.c.d_model, e.cols);
+    float* row = p.s.x + static_cast<size_t>(t) * p.c.d_model;
+    if (e.packed) {
+      DequantizePackedRow(e.p, id, row);
+    } else {
+      DequantizeRow(e.w.type, e.w.row(id), row, e.w.cols);
+    }
   }
   return Status::Ok();
 }
@@ -50,89 +96,92 @@ void RopeTables(const Model& model, const Pass& p) {
   }
 }
 
-void AddBias(float* y, const float* bias, int32_t n_tokens, int64_t n) {
-  if (bias == nullptr) return;
-  for (int32_t t = 0; t < n_tokens; ++t) {
-    for (int64_t i = 0; i < n; ++i) y[t * n + i] += bias[i];
-  }
-}
-
-void AddInto(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
 // x += wo · attention(rope(q), rope(k), v) over all positions <= each token's own.
 void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   const ModelConfig& c = p.c;
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim;
+  const int64_t ld = qd + 2 * kvd;  // qkv row: q | k | v
+  float* qkv = p.s.qkv;
+  if (l.qkv.present()) {
+    Project(p, l.qkv, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+  } else {
+    Project(p, l.wq, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+    // The dense path normalized x into xn already; reuse it for k and v.
+    Project(p, l.wk, p.s.xn, d, nullptr, {qkv + qd, ld, Epilogue::kStore});
+    Project(p, l.wv, p.s.xn, d, nullptr, {qkv + qd + kvd, ld, Epilogue::kStore});
+  }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    p.k.rmsnorm(p.s.x + t * d, l.attn_norm, c.rms_eps, d, p.s.xn + t * d);
-  }
-  MatMul(p, l.wq, p.s.xn, p.s.q);
-  MatMul(p, l.wk, p.s.xn, p.s.k);
-  MatMul(p, l.wv, p.s.xn, p.s.v);
-  AddBias(p.s.q, l.bq, p.n_tokens, qd);
-  AddBias(p.s.k, l.bk, p.n_tokens, kvd);
-  AddBias(p.s.v, l.bv, p.n_tokens, kvd);
   const int32_t half = c.head_dim / 2;
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    float* q = p.s.q + t * qd;
-    float* k = p.s.k + t * kvd;
-    if (c.qk_norm) {  // [n_heads, head_dim]: each head normalized on its own
-      for (int32_t h = 0; h < c.n_heads; ++h)
-        p.k.rmsnorm(q + h * hd, l.q_norm, c.rms_eps, hd, q + h * hd);
-      for (int32_t h = 0; h < c.n_kv_heads; ++h)
-        p.k.rmsnorm(k + h * hd, l.k_norm, c.rms_eps, hd, k + h * hd);
+  p.pool.ParallelFor(p.n_tokens, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) {
+      float* q = qkv + t * ld;
+      float* k = q + qd;
+      float* v = k + kvd;
+      if (l.bq != nullptr) {
+        for (int64_t i = 0; i < qd; ++i) q[i] += l.bq[i];
+        for (int64_t i = 0; i < kvd; ++i) k[i] += l.bk[i];
+        for (int64_t i = 0; i < kvd; ++i) v[i] += l.bv[i];
+      }
+      if (c.qk_norm) {  // [n_heads, head_dim]: each head normalized on its own
+        for (int32_t h = 0; h < c.n_heads; ++h)
+          p.k.rmsnorm(q + h * hd, l.q_norm, c.rms_eps, hd, q + h * hd);
+        for (int32_t h = 0; h < c.n_kv_heads; ++h)
+          p.k.rmsnorm(k + h * hd, l.k_norm, c.rms_eps, hd, k + h * hd);
+      }
+      p.k.rope(q, c.n_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
+      p.k.rope(k, c.n_kv_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
     }
-    p.k.rope(q, c.n_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
-    p.k.rope(k, c.n_kv_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
-    // Append this position's keys and values to the cache.
-    const int32_t pos = p.pos0 + t;
-    for (int32_t g = 0; g < c.n_kv_heads; ++g) {
-      std::copy_n(k + g * hd, hd, p.kv.k(layer, g) + static_cast<size_t>(pos) * hd);
-      std::copy_n(p.s.v + t * kvd + g * hd, hd, p.kv.v(layer, g) + static_cast<size_t>(pos) * hd);
-    }
-  }
+  });
+  // Append this chunk's keys and values to the cache, then attend: one task per KV head and
+  // block of 16 query tokens.
+  const int64_t n_blocks = (p.n_tokens + 15) / 16;
+  const int64_t n_tasks = c.n_kv_heads * n_blocks;
+  const int32_t group = c.gqa_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    const int32_t n_pos = p.pos0 + t + 1;  // causal: this token and everything before it
-    for (int32_t h = 0; h < c.n_heads; ++h) {
-      const int32_t g = h / c.gqa_group();
-      p.k.attention_head(p.s.q + t * qd + h * hd, p.kv.k(layer, g), p.kv.v(layer, g), n_pos, hd, hd,
-                         scale, p.s.scores, p.s.attn + t * qd + h * hd);
+  p.pool.ParallelFor(c.n_kv_heads, [&](int64_t b, int64_t e, int) {
+    for (int64_t g = b; g < e; ++g) {
+      p.k.kv_store(p.kv.head(layer, static_cast<int32_t>(g)), p.pos0, p.n_tokens, qkv + qd + g * hd,
+                   ld, qkv + qd + kvd + g * hd, ld);
     }
-  }
-  MatMul(p, l.wo, p.s.attn, p.s.proj);
-  AddInto(p.s.x, p.s.proj, p.n_tokens * d);
+  });
+  p.pool.ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
+    for (int64_t task_id = b; task_id < e; ++task_id) {
+      const int64_t g = task_id / n_blocks, block = task_id % n_blocks;
+      AttentionTask task;
+      task.q = qkv + g * group * hd;
+      task.ldq = ld;
+      task.out = p.s.attn + g * group * hd;
+      task.ldo = qd;
+      task.kv = p.kv.head(layer, static_cast<int32_t>(g));
+      task.n_q_heads = group;
+      task.pos0 = p.pos0;
+      task.t_begin = block * 16;
+      task.t_end = std::min<int64_t>(p.n_tokens, block * 16 + 16);
+      task.scale = scale;
+      p.k.attention(task, p.thread_scratch(thread));
+    }
+  });
+  Project(p, l.wo, p.s.attn, qd, nullptr, {p.s.x, d, Epilogue::kAccumulate});
 }
 
 // x += w_down · (silu(w_gate · norm(x)) * (w_up · norm(x))).
 void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
   const ModelConfig& c = p.c;
   const int64_t d = c.d_model, ff = c.d_ff;
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    p.k.rmsnorm(p.s.x + t * d, l.ffn_norm, c.rms_eps, d, p.s.xn + t * d);
+  if (l.gate_up.present()) {
+    Project(p, l.gate_up, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kSwiGlu});
+  } else {
+    Project(p, l.w_gate, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kStore});
+    Project(p, l.w_up, p.s.xn, d, nullptr, {p.s.up, ff, Epilogue::kStore});
+    p.pool.ParallelFor(p.n_tokens, [&](int64_t b, int64_t e, int) {
+      p.k.silu_mul(p.s.gate + b * ff, p.s.up + b * ff, (e - b) * ff, p.s.gate + b * ff);
+    });
   }
-  MatMul(p, l.w_gate, p.s.xn, p.s.gate);
-  MatMul(p, l.w_up, p.s.xn, p.s.up);
-  p.k.silu_mul(p.s.gate, p.s.up, p.n_tokens * ff, p.s.gate);
-  MatMul(p, l.w_down, p.s.gate, p.s.proj);
-  AddInto(p.s.x, p.s.proj, p.n_tokens * d);
+  Project(p, l.w_down, p.s.gate, ff, nullptr, {p.s.x, d, Epilogue::kAccumulate});
 }
 
-// Final norm and output projection for tokens [first, n_tokens).
-void Logits(const Pass& p, int32_t first, float* logits) {
-  const int64_t d = p.c.d_model;
-  const int32_t n = p.n_tokens - first;
-  for (int32_t t = 0; t < n; ++t) {
-    p.k.rmsnorm(p.s.x + (first + t) * d, p.w.output_norm, p.c.rms_eps, d, p.s.xn + t * d);
-  }
-  p.k.matmul(p.w.output, p.s.xn, n, logits, 0, p.w.output.rows, p.s.row);
-}
-
-Status Run(const Model& model, KvCache& kv, ForwardScratch& s, std::span<const int32_t> tokens,
-           int32_t pos0, bool all_positions, float* logits) {
+Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
+           std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
   const ModelConfig& c = model.config();
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (n == 0) return InvalidArgumentError("no tokens to run");
@@ -143,7 +192,7 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, std::span<const i
     return OutOfRangeError("positions ", pos0, " to ", pos0 + n - 1, " do not fit the context of ",
                            kv.n_ctx(), " tokens");
   }
-  Pass p{c, model.weights(), model.kernels(), kv, s, n, pos0};
+  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0};
   POCKET_RETURN_IF_ERROR(Embed(p, tokens));
   RopeTables(model, p);
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
@@ -151,48 +200,83 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, std::span<const i
     AttentionBlock(p, l, layer);
     FeedForwardBlock(p, l);
   }
-  if (logits != nullptr) Logits(p, all_positions ? 0 : n - 1, logits);
+  if (logits != nullptr) {
+    // Final norm and output projection, for the last token or all of them.
+    const int32_t first = all_positions ? 0 : n - 1;
+    Pass last = p;
+    last.n_tokens = n - first;
+    Project(last, p.w.output, p.s.x + static_cast<size_t>(first) * c.d_model, c.d_model,
+            p.w.output_norm, {logits, c.vocab_size, Epilogue::kStore});
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
 StatusOr<ForwardScratch> ForwardScratch::Create(const ModelConfig& c, int32_t max_batch,
-                                                int32_t n_ctx) {
+                                                int32_t n_threads) {
   if (max_batch <= 0) return InvalidArgumentError("batch size must be positive, got ", max_batch);
+  if (n_threads <= 0) return InvalidArgumentError("thread count must be positive, got ", n_threads);
   ForwardScratch s;
   s.max_batch_ = max_batch;
   const size_t b = static_cast<size_t>(max_batch);
   const size_t d = static_cast<size_t>(c.d_model), qd = static_cast<size_t>(c.q_dim()),
                kvd = static_cast<size_t>(c.kv_dim()), ff = static_cast<size_t>(c.d_ff),
                half = static_cast<size_t>(c.head_dim / 2);
-  const size_t row = std::max({d, qd, ff});
-  const size_t sizes[] = {b * d,  b * d,    b * qd,  b * kvd, b * kvd,
-                          b * qd, b * d,    b * ff,  b * ff,  static_cast<size_t>(n_ctx),
-                          row,    b * half, b * half};
+  const size_t max_cols = std::max({d, qd, ff});
+  s.per_thread_floats = static_cast<int64_t>(std::max<size_t>(
+      max_cols, static_cast<size_t>(AttentionScratchFloats(c.gqa_group(), c.head_dim))));
+  s.per_thread_floats = (s.per_thread_floats + 15) / 16 * 16;
+  // Byte sizes of every slice, each rounded up to 64 bytes.
+  const size_t sizes[] = {
+      b * d * 4,
+      b * max_cols * 4,
+      b * (qd + 2 * kvd) * 4,
+      b * qd * 4,
+      b * ff * 4,
+      b * ff * 4,
+      b * max_cols,  // int8 activations
+      b * (max_cols / 32) * 4,
+      b * (max_cols / 32) * 4,
+      b * half * 4,
+      b * half * 4,
+      static_cast<size_t>(n_threads) * static_cast<size_t>(s.per_thread_floats) * 4};
   size_t total = 0;
-  for (size_t n : sizes) total += (n + 15) / 16 * 16;  // 64-byte aligned slices
-  s.buffer_.reset(new (std::nothrow) float[total + 16]);
-  if (!s.buffer_) return ResourceExhaustedError("cannot allocate forward scratch");
-  float* base = s.buffer_.get();
-  base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
-  float** slots[] = {&s.x,    &s.xn, &s.q,      &s.k,   &s.v,        &s.attn,    &s.proj,
-                     &s.gate, &s.up, &s.scores, &s.row, &s.rope_cos, &s.rope_sin};
-  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
-    *slots[i] = base;
-    base += (sizes[i] + 15) / 16 * 16;
+  for (size_t n : sizes) total += (n + 63) / 64 * 64;
+  s.buffer_.reset(new (std::nothrow) uint8_t[total + 64]);
+  if (!s.buffer_)
+    return ResourceExhaustedError("cannot allocate forward scratch (", HumanBytes(total), ")");
+  s.bytes_ = total;
+  uint8_t* base = s.buffer_.get();
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  std::vector<uint8_t*> slots;
+  for (size_t n : sizes) {
+    slots.push_back(base);
+    base += (n + 63) / 64 * 64;
   }
+  s.x = reinterpret_cast<float*>(slots[0]);
+  s.xn = reinterpret_cast<float*>(slots[1]);
+  s.qkv = reinterpret_cast<float*>(slots[2]);
+  s.attn = reinterpret_cast<float*>(slots[3]);
+  s.gate = reinterpret_cast<float*>(slots[4]);
+  s.up = reinterpret_cast<float*>(slots[5]);
+  s.quant.q = reinterpret_cast<int8_t*>(slots[6]);
+  s.quant.scale = reinterpret_cast<float*>(slots[7]);
+  s.quant.sum = reinterpret_cast<int32_t*>(slots[8]);
+  s.rope_cos = reinterpret_cast<float*>(slots[9]);
+  s.rope_sin = reinterpret_cast<float*>(slots[10]);
+  s.thread_scratch = reinterpret_cast<float*>(slots[11]);
   return s;
 }
 
-Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch,
+Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
-  return Run(model, kv, scratch, tokens, pos0, all_positions, logits);
+  return Run(model, kv, scratch, pool, tokens, pos0, all_positions, logits);
 }
 
-Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, int32_t token, int32_t pos,
-              float* logits) {
-  return Run(model, kv, scratch, std::span<const int32_t>(&token, 1), pos, false, logits);
+Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+              int32_t token, int32_t pos, float* logits) {
+  return Run(model, kv, scratch, pool, std::span<const int32_t>(&token, 1), pos, false, logits);
 }
 
 }  // namespace pocket

@@ -1,6 +1,8 @@
 // The transformer forward pass, written as plain code you can step through: a loop over layers
-// calling AttentionBlock and FeedForwardBlock. Prefill (a batch of new tokens) and decode (one
-// token) are separate entry points; both append to the KV cache at the given position.
+// calling AttentionBlock and FeedForwardBlock. Prefill (a batch of new tokens) and Decode (one
+// token) are separate entry points; both append to the KV cache at the given position. Work is
+// split over a thread pool by output rows (matrices) and by KV head and token block (attention);
+// every output is computed by one thread, so results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -8,45 +10,46 @@
 #include <span>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace pocket {
 
-// Activation buffers for up to max_batch tokens, allocated once per session: nothing on the
-// decode path allocates.
+// Activation buffers for up to max_batch tokens and n_threads threads, allocated once per
+// session: nothing on the decode path allocates.
 class ForwardScratch {
  public:
   static StatusOr<ForwardScratch> Create(const ModelConfig& config, int32_t max_batch,
-                                         int32_t n_ctx);
+                                         int32_t n_threads);
   int32_t max_batch() const { return max_batch_; }
+  size_t bytes() const { return bytes_; }
 
   float* x = nullptr;         // [B, d_model] residual stream
-  float* xn = nullptr;        // [B, d_model] normalized
-  float* q = nullptr;         // [B, q_dim]
-  float* k = nullptr;         // [B, kv_dim]
-  float* v = nullptr;         // [B, kv_dim]
-  float* attn = nullptr;      // [B, q_dim] attention output before wo
-  float* proj = nullptr;      // [B, d_model] output of wo / w_down
-  float* gate = nullptr;      // [B, d_ff]
+  float* xn = nullptr;        // [B, max(d_model, q_dim, d_ff)] normalized input of a dense matrix
+  float* qkv = nullptr;       // [B, q_dim + 2 kv_dim]
+  float* attn = nullptr;      // [B, q_dim] attention output
+  float* gate = nullptr;      // [B, d_ff] (SwiGLU output when packed)
   float* up = nullptr;        // [B, d_ff]
-  float* scores = nullptr;    // [n_ctx]
-  float* row = nullptr;       // [max(d_model, q_dim, d_ff)] dequantized weight row
+  QuantizedRows quant;        // int8 activations [B, max cols]
   float* rope_cos = nullptr;  // [B, head_dim / 2]
-  float* rope_sin = nullptr;  // [B, head_dim / 2]
+  float* rope_sin = nullptr;
+  float* thread_scratch = nullptr;  // [n_threads, per_thread_floats]
+  int64_t per_thread_floats = 0;
 
  private:
-  std::unique_ptr<float[]> buffer_;
+  std::unique_ptr<uint8_t[]> buffer_;
   int32_t max_batch_ = 0;
+  size_t bytes_ = 0;
 };
 
 // Runs tokens at positions [pos0, pos0 + n) (n <= scratch.max_batch()), filling the KV cache.
-// logits: [n, vocab] when all_positions, else [1, vocab] for the last token only.
-Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch,
+// logits: [n, vocab] when all_positions, else [1, vocab] for the last token only (or null).
+Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits);
 
 // One token at position pos; logits: [vocab].
-Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, int32_t token, int32_t pos,
-              float* logits);
+Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+              int32_t token, int32_t pos, float* logits);
 
 }  // namespace pocket

@@ -5,31 +5,63 @@
 
 namespace pocket {
 
-StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx) {
+StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvType type) {
   if (n_ctx <= 0) return InvalidArgumentError("context size must be positive, got ", n_ctx);
   KvCache kv;
+  kv.type_ = type;
   kv.n_ctx_ = n_ctx;
+  kv.n_ctx_padded_ = (n_ctx + 15) / 16 * 16;
   kv.n_kv_heads_ = config.n_kv_heads;
   kv.head_dim_ = config.head_dim;
-  kv.n_floats_ = static_cast<size_t>(config.n_layers) * 2 * static_cast<size_t>(config.n_kv_heads) *
-                 static_cast<size_t>(n_ctx) * static_cast<size_t>(config.head_dim);
+  const size_t heads =
+      static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.n_kv_heads);
+  kv.data_bytes_ = heads * 2 * static_cast<size_t>(kv.n_ctx_padded_) *
+                   static_cast<size_t>(config.head_dim) * KvElementBytes(type);
   // Not zero-filled: pages are touched only as positions are written.
-  kv.data_.reset(new (std::nothrow) float[kv.n_floats_]);
-  if (!kv.data_) {
+  kv.data_.reset(new (std::nothrow) uint8_t[kv.data_bytes_]);
+  if (type == KvType::kQ8) {
+    kv.n_scales_ = heads * 2 * static_cast<size_t>(kv.n_ctx_padded_);
+    kv.scales_.reset(new (std::nothrow) float[kv.n_scales_]);
+  }
+  if (!kv.data_ || (type == KvType::kQ8 && !kv.scales_)) {
     return ResourceExhaustedError("cannot allocate the KV cache: ", HumanBytes(kv.bytes()),
                                   " for a context of ", n_ctx);
   }
   return kv;
 }
 
+KvHeadView KvCache::head(int32_t layer, int32_t kv_head) const {
+  const size_t index =
+      static_cast<size_t>(layer) * static_cast<size_t>(n_kv_heads_) + static_cast<size_t>(kv_head);
+  const size_t plane = static_cast<size_t>(n_ctx_padded_) * static_cast<size_t>(head_dim_);
+  const size_t elem = KvElementBytes(type_);
+  KvHeadView v;
+  v.type = type_;
+  v.head_dim = head_dim_;
+  v.k = data_.get() + (index * 2) * plane * elem;
+  v.v = data_.get() + (index * 2 + 1) * plane * elem;
+  if (type_ == KvType::kQ8) {
+    v.k_scale = scales_.get() + (index * 2) * static_cast<size_t>(n_ctx_padded_);
+    v.v_scale = scales_.get() + (index * 2 + 1) * static_cast<size_t>(n_ctx_padded_);
+  }
+  return v;
+}
+
 KvCache KvCache::Clone() const {
   KvCache kv;
+  kv.type_ = type_;
   kv.n_ctx_ = n_ctx_;
+  kv.n_ctx_padded_ = n_ctx_padded_;
   kv.n_kv_heads_ = n_kv_heads_;
   kv.head_dim_ = head_dim_;
-  kv.n_floats_ = n_floats_;
-  kv.data_.reset(new float[n_floats_]);
-  std::memcpy(kv.data_.get(), data_.get(), bytes());
+  kv.data_bytes_ = data_bytes_;
+  kv.n_scales_ = n_scales_;
+  kv.data_.reset(new uint8_t[data_bytes_]);
+  std::memcpy(kv.data_.get(), data_.get(), data_bytes_);
+  if (n_scales_ > 0) {
+    kv.scales_.reset(new float[n_scales_]);
+    std::memcpy(kv.scales_.get(), scales_.get(), n_scales_ * sizeof(float));
+  }
   return kv;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/timer.h"
+#include "kernels/select.h"
 
 namespace pocket {
 namespace {
@@ -37,7 +38,9 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
       break;
     }
   }
-  POCKET_ASSIGN_OR_RETURN(m->weights_, BindWeights(src, m->config_));
+  BindOptions bind;
+  bind.repack = options.repack;
+  POCKET_ASSIGN_OR_RETURN(m->weights_, BindWeights(src, m->config_, bind));
   m->kernels_ = options.kernels != nullptr ? options.kernels : &SelectKernels();
 
   if (!options.tokenizer_path.empty()) {

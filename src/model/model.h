@@ -22,6 +22,8 @@ struct LoadOptions {
   std::string tokenizer_path;
   // Kernels to use; null means the best for this CPU.
   const KernelTable* kernels = nullptr;
+  // Repack GGUF Q4_0 / Q4_1 / Q8_0 matrices for the integer kernels (false: dense float path).
+  bool repack = true;
   Logger logger;
 };
 

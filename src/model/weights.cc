@@ -2,6 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <new>
+
+#include "base/mapped_file.h"
+#include "quant/packed.h"
 
 #include "quant/quantize.h"
 
@@ -63,14 +67,14 @@ class Binder {
     return t;
   }
 
-  Status Matrix(const std::string& canonical, int64_t rows, int64_t cols, WeightMatrix* out) {
+  Status Matrix(const std::string& canonical, int64_t rows, int64_t cols, Linear* out) {
     POCKET_ASSIGN_OR_RETURN(const TensorInfo* t, Find(canonical));
     if (t->shape != std::vector<int64_t>{rows, cols}) {
       return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
                                   ShapeString({rows, cols}), ", file has ", ShapeString(t->shape));
     }
-    *out = WeightMatrix{t->type, rows, cols, t->data, RowBytes(t->type, cols)};
-    w_->mapped_bytes += t->n_bytes;
+    out->packed = false;
+    out->w = WeightMatrix{t->type, rows, cols, t->data, RowBytes(t->type, cols)};
     return Status::Ok();
   }
 
@@ -114,7 +118,111 @@ std::string HfTensorName(const std::string& canonical) {
   return "";
 }
 
-StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig& c) {
+namespace {
+
+// Repacking plan: which dense GGUF matrices become packed, and where in the one buffer.
+class Repacker {
+ public:
+  // Plans a packed matrix made of `parts` (their rows concatenated or, when `interleave`, two
+  // parts whose panels alternate) to be stored in *target (and *also) by Execute. Returns false,
+  // planning nothing, when the parts cannot be packed together exactly.
+  bool Add(std::vector<Linear> parts, bool interleave, Linear* target, Linear* also = nullptr) {
+    PackedLayout first;
+    if (!LayoutOf(parts[0], &first)) return false;
+    int64_t rows = 0;
+    for (const Linear& part : parts) {
+      PackedLayout l;
+      if (!LayoutOf(part, &l) || l.codes != first.codes || l.group != first.group ||
+          l.cols != first.cols) {
+        return false;
+      }
+      if (parts.size() > 1 && l.rows % kPanelRows != 0) return false;  // panels must not straddle
+      rows += l.rows;
+    }
+    if (interleave && (parts.size() != 2 || parts[0].w.rows != parts[1].w.rows)) return false;
+    PackedLayout fused = first;
+    fused.rows = rows;
+    jobs_.push_back({std::move(parts), interleave, fused, total_, target, also});
+    total_ += (fused.total_bytes() + 63) / 64 * 64;
+    return true;
+  }
+
+  Status Execute(ModelWeights* w) {
+    if (jobs_.empty()) return Status::Ok();
+    w->repacked.reset(new (std::nothrow) uint8_t[total_ + 64]);
+    if (!w->repacked) {
+      return ResourceExhaustedError("cannot allocate ", HumanBytes(total_), " to repack weights");
+    }
+    uint8_t* base = w->repacked.get();
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    w->repacked_bytes = total_;
+    std::vector<uint8_t> tmp;
+    for (const Job& job : jobs_) {
+      uint8_t* dst = base + job.offset;
+      size_t offset = 0;
+      for (size_t i = 0; i < job.parts.size(); ++i) {
+        const Linear& part = job.parts[i];
+        PackedLayout l;
+        LayoutOf(part, &l);
+        if (job.interleave) {
+          tmp.resize(l.total_bytes());
+          POCKET_RETURN_IF_ERROR(RepackGgufRows(part.w.type, part.w.data, l, tmp.data()));
+          const size_t panel = l.panel_bytes();  // part i's panel j becomes panel 2j + i
+          for (int64_t j = 0; j < l.n_panels(); ++j) {
+            std::memcpy(dst + (2 * static_cast<size_t>(j) + i) * panel,
+                        tmp.data() + static_cast<size_t>(j) * panel, panel);
+          }
+        } else {
+          POCKET_RETURN_IF_ERROR(RepackGgufRows(part.w.type, part.w.data, l, dst + offset));
+          offset += l.total_bytes();
+        }
+        // The packed copy replaces the source pages.
+        ReleaseMappedPages(part.w.data, part.w.row_bytes * static_cast<size_t>(part.w.rows));
+      }
+      Linear packed;
+      packed.packed = true;
+      packed.p = PackedMatrix{job.layout, dst};
+      *job.target = packed;
+      if (job.also != nullptr) *job.also = packed;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static bool LayoutOf(const Linear& l, PackedLayout* out) {
+    return !l.packed && l.w.data != nullptr &&
+           PackedLayoutForGguf(l.w.type, l.w.rows, l.w.cols, out);
+  }
+  struct Job {
+    std::vector<Linear> parts;
+    bool interleave;
+    PackedLayout layout;
+    size_t offset;
+    Linear* target;
+    Linear* also;
+  };
+  std::vector<Job> jobs_;
+  size_t total_ = 0;
+};
+
+size_t LinearBytes(const Linear& l) {
+  return l.present() ? l.bytes() : 0;
+}
+
+}  // namespace
+
+size_t ModelWeights::decode_weight_bytes() const {
+  size_t total = LinearBytes(output);
+  for (const LayerWeights& l : layers) {
+    total += LinearBytes(l.qkv) + LinearBytes(l.wq) + LinearBytes(l.wk) + LinearBytes(l.wv) +
+             LinearBytes(l.wo) + LinearBytes(l.gate_up) + LinearBytes(l.w_gate) +
+             LinearBytes(l.w_up) + LinearBytes(l.w_down);
+  }
+  return total;
+}
+
+StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig& c,
+                                   const BindOptions& options) {
   ModelWeights w;
   Binder b(source, &w);
   // Llama 3 style frequency factors mean RoPE scaling, which the forward does not implement.
@@ -152,6 +260,26 @@ StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig&
     POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_gate.weight"), ff, d, &l.w_gate));
     POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_up.weight"), ff, d, &l.w_up));
     POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_down.weight"), d, ff, &l.w_down));
+  }
+
+  if (options.repack && source.kind() == SourceKind::kGguf) {
+    Repacker r;
+    for (LayerWeights& l : w.layers) {
+      if (r.Add({l.wq, l.wk, l.wv}, false, &l.qkv)) l.wq = l.wk = l.wv = Linear();
+      if (r.Add({l.w_gate, l.w_up}, true, &l.gate_up)) l.w_gate = l.w_up = Linear();
+      r.Add({l.wo}, false, &l.wo);
+      r.Add({l.w_down}, false, &l.w_down);
+    }
+    // A tied embedding is the output matrix: packed once, used for both.
+    r.Add({w.output}, false, &w.output, c.tied_output ? &w.token_embd : nullptr);
+    POCKET_RETURN_IF_ERROR(r.Execute(&w));
+  }
+  auto dense_bytes = [](const Linear& l) { return l.present() && !l.packed ? l.bytes() : 0; };
+  w.mapped_bytes = dense_bytes(w.token_embd) + (c.tied_output ? 0 : dense_bytes(w.output));
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      w.mapped_bytes += dense_bytes(*m);
+    }
   }
   return w;
 }

@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "base/timer.h"
 #include "runtime/text_stream.h"
@@ -33,17 +34,26 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
   if (options.n_batch <= 0) return InvalidArgumentError("batch size must be positive");
   const int32_t n_ctx = std::min(options.n_ctx, c.n_ctx_train);
   const int32_t n_batch = std::min(options.n_batch, n_ctx);
-  POCKET_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(c, n_ctx));
-  POCKET_ASSIGN_OR_RETURN(ForwardScratch scratch, ForwardScratch::Create(c, n_batch, n_ctx));
+  if (options.n_threads < 0 || options.n_threads > 256) {
+    return InvalidArgumentError("thread count must be 0 (automatic) to 256, got ",
+                                options.n_threads);
+  }
+  const int32_t n_threads =
+      options.n_threads > 0
+          ? options.n_threads
+          : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  POCKET_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(c, n_ctx, options.kv_type));
+  POCKET_ASSIGN_OR_RETURN(ForwardScratch scratch, ForwardScratch::Create(c, n_batch, n_threads));
   return std::unique_ptr<Session>(
-      new Session(std::move(model), std::move(kv), std::move(scratch), n_batch));
+      new Session(std::move(model), std::move(kv), std::move(scratch), n_batch, n_threads));
 }
 
 Session::Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch,
-                 int32_t n_batch)
+                 int32_t n_batch, int32_t n_threads)
     : model_(std::move(model)),
       kv_(std::move(kv)),
       scratch_(std::move(scratch)),
+      pool_(std::make_unique<ThreadPool>(n_threads)),
       n_batch_(n_batch),
       logits_(static_cast<size_t>(model_->config().vocab_size)) {
   history_.reserve(static_cast<size_t>(kv_.n_ctx()));
@@ -64,12 +74,12 @@ Status Session::Append(std::span<const int32_t> tokens, float* all_logits,
     std::span<const int32_t> chunk = tokens.subspan(done, n);
     Status s;
     if (all_logits != nullptr) {
-      s = Prefill(*model_, kv_, scratch_, chunk, pos, true, all_logits + done * vocab);
+      s = Prefill(*model_, kv_, scratch_, *pool_, chunk, pos, true, all_logits + done * vocab);
       if (s.ok()) std::copy_n(all_logits + (done + n - 1) * vocab, vocab, logits_.data());
     } else if (n == 1) {
-      s = Decode(*model_, kv_, scratch_, chunk[0], pos, logits_.data());
+      s = Decode(*model_, kv_, scratch_, *pool_, chunk[0], pos, logits_.data());
     } else {
-      s = Prefill(*model_, kv_, scratch_, chunk, pos, false, logits_.data());
+      s = Prefill(*model_, kv_, scratch_, *pool_, chunk, pos, false, logits_.data());
     }
     if (!s.ok()) return s;
     history_.insert(history_.end(), chunk.begin(), chunk.end());

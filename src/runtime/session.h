@@ -23,6 +23,8 @@ namespace pocket {
 struct SessionOptions {
   int32_t n_ctx = 4096;   // context size in tokens (clamped to the model's training context)
   int32_t n_batch = 128;  // prefill chunk; cancellation is checked between chunks
+  int32_t n_threads = 0;  // 0: one per hardware thread
+  KvType kv_type = KvType::kF16;
 };
 
 enum class StopReason {
@@ -65,6 +67,9 @@ class Session {
 
   const Model& model() const { return *model_; }
   int32_t n_ctx() const { return kv_.n_ctx(); }
+  int32_t n_threads() const { return pool_->n_threads(); }
+  // Bytes the session allocated: KV cache and activation scratch.
+  size_t memory_bytes() const { return kv_.bytes() + scratch_.bytes(); }
   // Tokens whose keys and values are in the cache, in order.
   std::span<const int32_t> history() const { return history_; }
 
@@ -92,12 +97,14 @@ class Session {
   void Reset() { history_.clear(); }
 
  private:
-  Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch);
+  Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch,
+          int32_t n_threads);
   bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }
 
   std::shared_ptr<const Model> model_;
   KvCache kv_;
   ForwardScratch scratch_;
+  std::unique_ptr<ThreadPool> pool_;
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;

@@ -1,21 +1,124 @@
-// Scalar reference kernels: plain loops, float32 accumulation, no ISA intrinsics. Slow on purpose;
-// they are the oracle.
+// Scalar reference kernels: plain loops, no ISA intrinsics. Slow on purpose; they define the
+// results (see kernel_table.h and reference/canonical.h) that every fast table must reproduce.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "base/float16.h"
 #include "kernels/kernel_table.h"
+#include "kernels/reference/canonical.h"
+#include "kernels/reference/reference_kernels.h"
 #include "quant/quantize.h"
 
 namespace pocket {
-namespace {
+namespace reference {
 
-float Dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+void Rmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
+  const float mean = canonical::SumOfSquares(x, n) / static_cast<float>(n);
+  const float inv = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * weight[i];
 }
 
-void RefMatmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t row_begin,
-               int64_t row_end, float* scratch) {
+void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, int32_t* sum) {
+  float amax = 0.0f;
+  for (int32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *scale = amax / 127.0f;
+  int32_t s = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    // nearbyint: round half to even, as the vector conversions do.
+    const float r = std::nearbyint(x[i] * inv);
+    const int32_t v = static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
+    q[i] = static_cast<int8_t>(v);
+    s += v;
+  }
+  *sum = s;
+}
+
+void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
+                  const float* norm_weight, float eps, QuantizedRows* out) {
+  const int32_t group = out->group;
+  const int64_t n_groups = cols / group;
+  float normalized[4096];  // one group (PackedLayout::Validate caps groups at 4096)
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* row = x + t * ldx;
+    float inv_rms = 1.0f;
+    if (norm_weight != nullptr) {
+      const float mean = canonical::SumOfSquares(row, cols) / static_cast<float>(cols);
+      inv_rms = 1.0f / std::sqrt(mean + eps);
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const float* src = row + g * group;
+      if (norm_weight != nullptr) {
+        for (int32_t i = 0; i < group; ++i) {
+          normalized[i] = src[i] * inv_rms * norm_weight[g * group + i];
+        }
+        src = normalized;
+      }
+      QuantizeGroup(src, group, out->q + t * cols + g * group, &out->scale[t * n_groups + g],
+                    &out->sum[t * n_groups + g]);
+    }
+  }
+}
+
+float Silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+
+void StoreRow(const GemmOut& out, int64_t t, int64_t r, float v) {
+  float& y = out.y[t * out.ld + r];
+  if (out.epilogue == Epilogue::kAccumulate) {
+    y += v;
+  } else {
+    y = v;
+  }
+}
+
+void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                int64_t panel_end, const GemmOut& out) {
+  const PackedLayout& l = w.layout;
+  const int64_t n_groups = l.n_groups();
+  for (int64_t t = 0; t < a.n_tokens; ++t) {
+    float gate[kPanelRows];
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      float y[kPanelRows];
+      for (int64_t r = 0; r < kPanelRows; ++r) {
+        const int64_t row = p * kPanelRows + r;
+        float acc_f = 0.0f;
+        for (int64_t g = 0; g < n_groups; ++g) {
+          int32_t acc = 0;
+          float d = 0.0f, m = 0.0f;
+          for (int64_t kk = 0; kk < l.group; ++kk) {
+            int code;
+            PackedWeight(w, row, g * l.group + kk, &code, &d, &m);
+            acc += code * a.q[t * a.cols + g * l.group + kk];
+          }
+          const float v =
+              std::fma(m, static_cast<float>(a.sum[t * n_groups + g]), d * static_cast<float>(acc));
+          acc_f = std::fma(a.scale[t * n_groups + g], v, acc_f);
+        }
+        y[r] = acc_f;
+      }
+      if (out.epilogue == Epilogue::kSwiGlu) {
+        if (p % 2 == 0) {
+          std::memcpy(gate, y, sizeof(gate));
+        } else {
+          for (int64_t r = 0; r < kPanelRows; ++r) {
+            out.y[t * out.ld + (p / 2) * kPanelRows + r] = Silu(gate[r]) * y[r];
+          }
+        }
+        continue;
+      }
+      for (int64_t r = 0; r < kPanelRows; ++r) {
+        const int64_t row = p * kPanelRows + r;
+        if (row < l.rows) StoreRow(out, t, row, y[r]);
+      }
+    }
+  }
+}
+
+void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+               int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const float* row;
     if (w.type == DType::kF32) {
@@ -24,19 +127,13 @@ void RefMatmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y
       DequantizeRow(w.type, w.row(r), scratch, w.cols);
       row = scratch;
     }
-    for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = Dot(row, x + t * w.cols, w.cols);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      StoreRow(out, t, r, canonical::Dot(row, x + t * ldx, w.cols));
   }
 }
 
-void RefRmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
-  float sum_sq = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum_sq += x[i] * x[i];
-  const float inv = 1.0f / std::sqrt(sum_sq / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * weight[i];
-}
-
-void RefRope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,
-             bool interleaved) {
+void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,
+          bool interleaved) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
@@ -50,41 +147,150 @@ void RefRope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, cons
   }
 }
 
-void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
-void RefAttentionHead(const float* q, const float* k, const float* v, int64_t n_pos,
-                      int64_t head_dim, int64_t kv_stride, float scale, float* scores, float* out) {
-  float max_score = -INFINITY;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    scores[p] = Dot(q, k + p * kv_stride, head_dim) * scale;
-    max_score = std::fmax(max_score, scores[p]);
+// One cache element of K at (pos, d) / V at (pos, d), as float.
+float LoadK(const KvHeadView& kv, int64_t pos, int64_t d) {
+  const int64_t idx = (pos / 16) * kv.head_dim * 16 + d * 16 + pos % 16;
+  switch (kv.type) {
+    case KvType::kF32:
+      return static_cast<const float*>(kv.k)[idx];
+    case KvType::kF16:
+      return Fp16ToFloat(static_cast<const uint16_t*>(kv.k)[idx]);
+    case KvType::kQ8:
+      return kv.k_scale[pos] * static_cast<const int8_t*>(kv.k)[idx];
   }
-  float sum = 0.0f;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    scores[p] = std::exp(scores[p] - max_score);
-    sum += scores[p];
+  return 0.0f;
+}
+
+float LoadV(const KvHeadView& kv, int64_t pos, int64_t d) {
+  const int64_t idx = pos * kv.head_dim + d;
+  switch (kv.type) {
+    case KvType::kF32:
+      return static_cast<const float*>(kv.v)[idx];
+    case KvType::kF16:
+      return Fp16ToFloat(static_cast<const uint16_t*>(kv.v)[idx]);
+    case KvType::kQ8:
+      return kv.v_scale[pos] * static_cast<const int8_t*>(kv.v)[idx];
   }
-  const float inv = 1.0f / sum;
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const float weight = scores[p] * inv;
-    const float* vp = v + p * kv_stride;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += weight * vp[d];
+  return 0.0f;
+}
+
+void StoreQ8Row(const float* x, int32_t n, int8_t* q, int64_t stride, float* scale) {
+  float amax = 0.0f;
+  for (int32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *scale = amax / 127.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    q[i * stride] =
+        static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] * inv))));
   }
 }
 
-}  // namespace
+void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64_t ldk,
+             const float* v, int64_t ldv) {
+  const int64_t hd = kv.head_dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = pos + i;
+    const float* kr = k + i * ldk;
+    const float* vr = v + i * ldv;
+    const int64_t kbase = (p / 16) * hd * 16 + p % 16;
+    switch (kv.type) {
+      case KvType::kF32:
+        for (int64_t d = 0; d < hd; ++d) {
+          static_cast<float*>(kv.k)[kbase + d * 16] = kr[d];
+          static_cast<float*>(kv.v)[p * hd + d] = vr[d];
+        }
+        break;
+      case KvType::kF16:
+        for (int64_t d = 0; d < hd; ++d) {
+          static_cast<uint16_t*>(kv.k)[kbase + d * 16] = FloatToFp16(kr[d]);
+          static_cast<uint16_t*>(kv.v)[p * hd + d] = FloatToFp16(vr[d]);
+        }
+        break;
+      case KvType::kQ8:
+        StoreQ8Row(kr, static_cast<int32_t>(hd), static_cast<int8_t*>(kv.k) + kbase, 16,
+                   &kv.k_scale[p]);
+        StoreQ8Row(vr, static_cast<int32_t>(hd), static_cast<int8_t*>(kv.v) + p * hd, 1,
+                   &kv.v_scale[p]);
+        break;
+    }
+  }
+}
+
+// Plain softmax attention per query token and head (two passes over the positions).
+void Attention(const AttentionTask& task, float* scratch) {
+  const int64_t hd = task.kv.head_dim;
+  for (int64_t t = task.t_begin; t < task.t_end; ++t) {
+    const int64_t n_pos = task.pos0 + t + 1;
+    for (int32_t h = 0; h < task.n_q_heads; ++h) {
+      const float* q = task.q + t * task.ldq + h * hd;
+      float* out = task.out + t * task.ldo + h * hd;
+      float max_score = -INFINITY;
+      // scratch holds the scores of this head: reuse it position by position in chunks.
+      for (int64_t p = 0; p < n_pos; ++p) {
+        float s = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) s += q[d] * LoadK(task.kv, p, d);
+        max_score = std::max(max_score, s * task.scale);
+      }
+      double sum = 0.0;
+      for (int64_t d = 0; d < hd; ++d) scratch[d] = 0.0f;
+      for (int64_t p = 0; p < n_pos; ++p) {
+        float s = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) s += q[d] * LoadK(task.kv, p, d);
+        const float e = std::exp(s * task.scale - max_score);
+        sum += e;
+        for (int64_t d = 0; d < hd; ++d) scratch[d] += e * LoadV(task.kv, p, d);
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t d = 0; d < hd; ++d) out[d] = scratch[d] * inv;
+    }
+  }
+}
+
+}  // namespace reference
+
+std::string_view KvTypeName(KvType type) {
+  switch (type) {
+    case KvType::kF32:
+      return "f32";
+    case KvType::kF16:
+      return "f16";
+    case KvType::kQ8:
+      return "q8";
+  }
+  return "?";
+}
+
+bool ParseKvType(std::string_view name, KvType* out) {
+  if (name == "f32")
+    *out = KvType::kF32;
+  else if (name == "f16")
+    *out = KvType::kF16;
+  else if (name == "q8" || name == "int8")
+    *out = KvType::kQ8;
+  else
+    return false;
+  return true;
+}
+
+size_t KvElementBytes(KvType type) {
+  return type == KvType::kF32 ? 4 : type == KvType::kF16 ? 2 : 1;
+}
 
 const KernelTable& ReferenceKernels() {
   static const KernelTable kTable = {
       .name = "reference",
-      .matmul = RefMatmul,
-      .rmsnorm = RefRmsnorm,
-      .rope = RefRope,
-      .silu_mul = RefSiluMul,
-      .attention_head = RefAttentionHead,
+      .quantize_rows = reference::QuantizeRows,
+      .packed_gemm = reference::PackedGemm,
+      .dense_gemm = reference::DenseGemm,
+      .rmsnorm = reference::Rmsnorm,
+      .rope = reference::Rope,
+      .silu_mul = reference::SiluMul,
+      .kv_store = reference::KvStore,
+      .attention = reference::Attention,
   };
   return kTable;
 }

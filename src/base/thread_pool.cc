@@ -1,0 +1,70 @@
+#include "base/thread_pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define POCKET_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define POCKET_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define POCKET_CPU_RELAX() ((void)0)
+#endif
+
+namespace pocket {
+namespace {
+// Spin iterations before a worker sleeps: long enough to bridge the gaps between the parallel
+// regions of one decoded token (tens of microseconds), short enough not to burn a core when idle.
+constexpr int kSpinIterations = 1 << 16;
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Run(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  // seq_cst on both sides (here and in WorkerLoop): either we see the worker's sleeping_
+  // increment and notify, or the worker sees the new generation and does not sleep.
+  generation_.fetch_add(1);
+  if (sleeping_.load() > 0) generation_.notify_all();
+  fn(0);
+  while (pending_.load(std::memory_order_acquire) != 0) POCKET_CPU_RELAX();
+  job_ = nullptr;
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  // Generation 0 is the pool's start: a worker that starts late must still run job 1.
+  uint64_t seen = 0;
+  while (true) {
+    uint64_t now = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
+      POCKET_CPU_RELAX();
+      now = generation_.load(std::memory_order_acquire);
+    }
+    if (now == seen) {
+      sleeping_.fetch_add(1);
+      // Re-checks generation_ after announcing the sleep: Run() reads sleeping_ after bumping it.
+      generation_.wait(seen);
+      sleeping_.fetch_sub(1);
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    (*job_)(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace pocket

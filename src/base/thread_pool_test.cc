@@ -1,0 +1,56 @@
+#include "base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+namespace pocket {
+namespace {
+
+TEST(ThreadPoolTest, EveryItemExactlyOnceForAnyThreadCount) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.ParallelFor(n, [&](int64_t begin, int64_t end, int t) {
+        EXPECT_GE(t, 0);
+        EXPECT_LT(t, threads);
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, RangesAreContiguousAndBalanced) {
+  ThreadPool pool(3);
+  EXPECT_EQ(pool.RangeBegin(10, 0), 0);
+  EXPECT_EQ(pool.RangeBegin(10, 1), 4);
+  EXPECT_EQ(pool.RangeBegin(10, 2), 7);
+  EXPECT_EQ(pool.RangeBegin(10, 3), 10);
+}
+
+TEST(ThreadPoolTest, WorkersWakeAfterSleeping) {
+  ThreadPool pool(2);
+  std::atomic<int> runs{0};
+  for (int round = 0; round < 3; ++round) {
+    // Long enough for the worker to stop spinning and sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pool.Run([&](int) { runs++; });
+  }
+  EXPECT_EQ(runs.load(), 6);
+}
+
+TEST(ThreadPoolTest, ManyShortJobs) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  for (int i = 0; i < 20000; ++i) {
+    pool.ParallelFor(4, [&](int64_t b, int64_t e, int) { total += e - b; });
+  }
+  EXPECT_EQ(total.load(), 80000);
+}
+
+}  // namespace
+}  // namespace pocket
