@@ -27,6 +27,7 @@ Command AddTokenizeCommand(CLI::App& root);
 Command AddLogitsCommand(CLI::App& root);
 Command AddInfoCommand(CLI::App& root);
 Command AddMakeModelCommand(CLI::App& root);
+Command AddBenchCommand(CLI::App& root);
 
 // Prints "pocket: error: <message>" to stderr and returns 1.
 int ReportError(const Status& status);

@@ -88,7 +88,7 @@ struct AttentionTask {
 };
 // Scratch floats an attention call needs.
 inline int64_t AttentionScratchFloats(int32_t n_q_heads, int32_t head_dim) {
-  return int64_t{n_q_heads} * (head_dim + 2) + 64;
+  return int64_t{n_q_heads} * (head_dim + 18) + 64;
 }
 
 struct KernelTable {
@@ -127,6 +127,14 @@ struct KernelTable {
                    const float* v, int64_t ldv);
 
   void (*attention)(const AttentionTask& task, float* scratch);
+
+  // Machine ceilings for `pocket bench`, measured with this table's instructions:
+  // reads n_bytes (a multiple of 64) as fast as possible and returns a value that depends on every
+  // byte, so the reads cannot be optimized away;
+  uint64_t (*stream_read)(const uint8_t* data, size_t n_bytes);
+  // runs int8 multiply-adds from registers only (the instruction the packed matmul uses: VNNI dot
+  // products, AMX tiles, ...) for about `seconds` on the calling thread; returns MACs per second.
+  double (*int8_peak)(double seconds);
 };
 
 // The scalar reference table: the ground truth every other table is tested against.

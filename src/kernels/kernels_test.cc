@@ -42,8 +42,9 @@ struct Quantized {
 struct RandomPacked {
   std::vector<uint8_t> bytes;
   PackedMatrix m;
-  RandomPacked(PackedCodes codes, int32_t group, int64_t rows, int64_t cols, uint64_t seed) {
-    PackedLayout l{codes, group, rows, cols};
+  RandomPacked(PackedCodes codes, int32_t group, int64_t rows, int64_t cols, uint64_t seed,
+               bool explicit_min = true) {
+    PackedLayout l{codes, group, rows, cols, explicit_min};
     Rng rng(seed);
     const int max_code = codes == PackedCodes::kU4 ? 15 : 255;
     std::vector<uint8_t> c(static_cast<size_t>(rows * cols));
@@ -88,7 +89,7 @@ TEST_P(KernelsTest, PackedGemmIsBitExact) {
     for (int32_t group : {32, 64, 128}) {
       for (int64_t n_tokens : {1, 3, 16, 37}) {
         const int64_t rows = 80, cols = 512;
-        RandomPacked w(codes, group, rows, cols, 5 + group);
+        RandomPacked w(codes, group, rows, cols, 5 + group, /*explicit_min=*/n_tokens != 3);
         std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 17 + n_tokens);
         Quantized a(n_tokens, cols, group);
         reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);

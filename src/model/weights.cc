@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -164,20 +165,32 @@ class Repacker {
         const Linear& part = job.parts[i];
         PackedLayout l;
         LayoutOf(part, &l);
-        if (job.interleave) {
-          tmp.resize(l.total_bytes());
-          POCKET_RETURN_IF_ERROR(RepackGgufRows(part.w.type, part.w.data, l, tmp.data()));
-          const size_t panel = l.panel_bytes();  // part i's panel j becomes panel 2j + i
-          for (int64_t j = 0; j < l.n_panels(); ++j) {
-            std::memcpy(dst + (2 * static_cast<size_t>(j) + i) * panel,
-                        tmp.data() + static_cast<size_t>(j) * panel, panel);
+        const size_t panel = l.panel_bytes();
+        const size_t src_panel = part.w.row_bytes * kPanelRows;
+        // A few panels at a time, releasing the source pages as they are consumed, so the
+        // resident set grows by the packed copy only.
+        constexpr int64_t kStep = 64;
+        for (int64_t j = 0; j < l.n_panels(); j += kStep) {
+          const int64_t end = std::min(l.n_panels(), j + kStep);
+          if (job.interleave) {
+            tmp.resize(panel);
+            for (int64_t q = j; q < end; ++q) {  // part i's panel q becomes panel 2q + i
+              PackedLayout one = l;
+              one.rows = std::min<int64_t>(kPanelRows, l.rows - q * kPanelRows);
+              POCKET_RETURN_IF_ERROR(RepackGgufPanels(part.w.type, part.w.data + q * src_panel, one,
+                                                      0, 1, tmp.data()));
+              std::memcpy(dst + (2 * static_cast<size_t>(q) + i) * panel, tmp.data(), panel);
+            }
+          } else {
+            POCKET_RETURN_IF_ERROR(
+                RepackGgufPanels(part.w.type, part.w.data, l, j, end, dst + offset));
           }
-        } else {
-          POCKET_RETURN_IF_ERROR(RepackGgufRows(part.w.type, part.w.data, l, dst + offset));
-          offset += l.total_bytes();
+          const size_t src_end = std::min(part.w.row_bytes * static_cast<size_t>(part.w.rows),
+                                          static_cast<size_t>(end) * src_panel);
+          ReleaseMappedPages(part.w.data + static_cast<size_t>(j) * src_panel,
+                             src_end - static_cast<size_t>(j) * src_panel);
         }
-        // The packed copy replaces the source pages.
-        ReleaseMappedPages(part.w.data, part.w.row_bytes * static_cast<size_t>(part.w.rows));
+        if (!job.interleave) offset += l.total_bytes();
       }
       Linear packed;
       packed.packed = true;

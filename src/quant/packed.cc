@@ -1,7 +1,6 @@
 #include "quant/packed.h"
 
 #include <cstring>
-#include <vector>
 
 #include "base/float16.h"
 #include "quant/blocks.h"
@@ -58,7 +57,7 @@ void PackCodes(const PackedLayout& l, const uint8_t* codes, const float* d, cons
         const int64_t row = p * kPanelRows + r;
         if (row >= l.rows) continue;  // padding rows: zero codes, zero scales
         scales[r] = FloatToFp16(d[row * n_groups + g]);
-        scales[16 + r] = FloatToFp16(m[row * n_groups + g]);
+        if (l.explicit_min) scales[16 + r] = FloatToFp16(m[row * n_groups + g]);
         for (int64_t kk = 0; kk < l.group; ++kk) {
           size_t byte;
           int shift;
@@ -76,49 +75,65 @@ bool PackedLayoutForGguf(DType type, int64_t rows, int64_t cols, PackedLayout* o
   out->group = kQK;
   out->rows = rows;
   out->cols = cols;
+  out->explicit_min = type == DType::kQ4_1;
   return cols % kQK == 0;
 }
 
 Status RepackGgufRows(DType type, const uint8_t* rows_in, const PackedLayout& l, uint8_t* out) {
+  return RepackGgufPanels(type, rows_in, l, 0, l.n_panels(), out);
+}
+
+Status RepackGgufPanels(DType type, const uint8_t* rows_in, const PackedLayout& l,
+                        int64_t panel_begin, int64_t panel_end, uint8_t* out) {
   PackedLayout expect;
   if (!PackedLayoutForGguf(type, l.rows, l.cols, &expect) || expect.codes != l.codes ||
-      expect.group != l.group) {
+      expect.group != l.group || expect.explicit_min != l.explicit_min) {
     return InvalidArgumentError(DTypeName(type), " does not repack into this layout");
   }
   const int64_t n_groups = l.n_groups();
   const size_t row_bytes = RowBytes(type, l.cols);
-  std::vector<uint8_t> codes(static_cast<size_t>(l.rows * l.cols));
-  std::vector<float> d(static_cast<size_t>(l.rows * n_groups)), m(d.size());
-  for (int64_t r = 0; r < l.rows; ++r) {
-    const uint8_t* row = rows_in + static_cast<size_t>(r) * row_bytes;
-    for (int64_t g = 0; g < n_groups; ++g) {
-      uint8_t* c = &codes[static_cast<size_t>(r * l.cols + g * kQK)];
-      const size_t s = static_cast<size_t>(r * n_groups + g);
-      if (type == DType::kQ8_0) {
-        const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[g];
-        d[s] = Fp16ToFloat(b.d);
-        m[s] = -128.0f * d[s];  // exact: a power-of-two multiple of an fp16 value
-        for (int k = 0; k < kQK; ++k) c[k] = static_cast<uint8_t>(b.qs[k] + 128);
-      } else if (type == DType::kQ4_0) {
-        const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[g];
-        d[s] = Fp16ToFloat(b.d);
-        m[s] = -8.0f * d[s];
-        for (int k = 0; k < kQK / 2; ++k) {
-          c[k] = b.qs[k] & 0x0f;
-          c[k + kQK / 2] = b.qs[k] >> 4;
+  const size_t code_bytes = l.code_bytes_per_group();
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    uint8_t* panel = out + static_cast<size_t>(p) * l.panel_bytes();
+    std::memset(panel, 0, l.panel_bytes());
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+      const int64_t row_index = p * kPanelRows + r;
+      if (row_index >= l.rows) break;  // padding rows stay zero
+      const uint8_t* row = rows_in + static_cast<size_t>(row_index) * row_bytes;
+      for (int64_t g = 0; g < n_groups; ++g) {
+        uint8_t* block = panel + static_cast<size_t>(g) * l.group_bytes();
+        uint16_t* scales = reinterpret_cast<uint16_t*>(block + code_bytes);
+        uint8_t c[kQK];
+        if (type == DType::kQ8_0) {
+          const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[g];
+          scales[r] = b.d;  // the fp16 bits move unchanged
+          for (int k = 0; k < kQK; ++k) c[k] = static_cast<uint8_t>(b.qs[k] + 128);
+        } else {
+          const uint8_t* qs;
+          if (type == DType::kQ4_0) {
+            const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[g];
+            scales[r] = b.d;
+            qs = b.qs;
+          } else {
+            const BlockQ4_1& b = reinterpret_cast<const BlockQ4_1*>(row)[g];
+            scales[r] = b.d;
+            scales[16 + r] = b.m;
+            qs = b.qs;
+          }
+          for (int k = 0; k < kQK / 2; ++k) {
+            c[k] = qs[k] & 0x0f;
+            c[k + kQK / 2] = qs[k] >> 4;
+          }
         }
-      } else {
-        const BlockQ4_1& b = reinterpret_cast<const BlockQ4_1*>(row)[g];
-        d[s] = Fp16ToFloat(b.d);
-        m[s] = Fp16ToFloat(b.m);
-        for (int k = 0; k < kQK / 2; ++k) {
-          c[k] = b.qs[k] & 0x0f;
-          c[k + kQK / 2] = b.qs[k] >> 4;
+        for (int64_t kk = 0; kk < kQK; ++kk) {
+          size_t byte;
+          int shift;
+          CodePosition(l, r, kk, &byte, &shift);
+          block[byte] |= static_cast<uint8_t>(c[kk] << shift);
         }
       }
     }
   }
-  PackCodes(l, codes.data(), d.data(), m.data(), out);
   return Status::Ok();
 }
 
@@ -132,7 +147,8 @@ void PackedWeight(const PackedMatrix& w, int64_t r, int64_t k, int* code, float*
   *code = l.codes == PackedCodes::kU8 ? block[byte] : (block[byte] >> shift) & 0x0f;
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + l.code_bytes_per_group());
   *d = Fp16ToFloat(scales[pr]);
-  *m = Fp16ToFloat(scales[16 + pr]);
+  // Symmetric: m = -z * d, exact (z is a power of two).
+  *m = l.explicit_min ? Fp16ToFloat(scales[16 + pr]) : -static_cast<float>(l.zero_point()) * *d;
 }
 
 void DequantizePackedRow(const PackedMatrix& w, int64_t r, float* out) {

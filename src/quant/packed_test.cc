@@ -13,28 +13,31 @@ namespace {
 TEST(PackedTest, CodesAndScalesRoundTrip) {
   for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
     for (int32_t group : {32, 64, 128}) {
-      PackedLayout l{codes, group, 37, 256};  // 37 rows: the last panel is padded
-      ASSERT_TRUE(l.Validate().ok());
-      Rng rng(group);
-      const int max_code = codes == PackedCodes::kU4 ? 15 : 255;
-      std::vector<uint8_t> c(static_cast<size_t>(l.rows * l.cols));
-      for (uint8_t& v : c) v = static_cast<uint8_t>(rng.NextBelow(max_code + 1));
-      std::vector<float> d(static_cast<size_t>(l.rows * l.n_groups())), m(d.size());
-      for (size_t i = 0; i < d.size(); ++i) {
-        d[i] = 0.5f + static_cast<float>(i % 7);  // exactly representable in fp16
-        m[i] = -static_cast<float>(i % 5);
-      }
-      std::vector<uint8_t> packed(l.total_bytes());
-      PackCodes(l, c.data(), d.data(), m.data(), packed.data());
-      PackedMatrix w{l, packed.data()};
-      for (int64_t r = 0; r < l.rows; ++r) {
-        for (int64_t k = 0; k < l.cols; ++k) {
-          int code;
-          float dd, mm;
-          PackedWeight(w, r, k, &code, &dd, &mm);
-          ASSERT_EQ(code, c[static_cast<size_t>(r * l.cols + k)]) << r << "," << k;
-          ASSERT_EQ(dd, d[static_cast<size_t>(r * l.n_groups() + k / group)]);
-          ASSERT_EQ(mm, m[static_cast<size_t>(r * l.n_groups() + k / group)]);
+      for (bool explicit_min : {true, false}) {
+        PackedLayout l{codes, group, 37, 256, explicit_min};  // 37 rows: the last panel is padded
+        ASSERT_TRUE(l.Validate().ok());
+        Rng rng(group);
+        const int max_code = codes == PackedCodes::kU4 ? 15 : 255;
+        std::vector<uint8_t> c(static_cast<size_t>(l.rows * l.cols));
+        for (uint8_t& v : c) v = static_cast<uint8_t>(rng.NextBelow(max_code + 1));
+        std::vector<float> d(static_cast<size_t>(l.rows * l.n_groups())), m(d.size());
+        for (size_t i = 0; i < d.size(); ++i) {
+          d[i] = 0.5f + static_cast<float>(i % 7);  // exactly representable in fp16
+          m[i] = -static_cast<float>(i % 5);
+        }
+        std::vector<uint8_t> packed(l.total_bytes());
+        PackCodes(l, c.data(), d.data(), m.data(), packed.data());
+        PackedMatrix w{l, packed.data()};
+        for (int64_t r = 0; r < l.rows; ++r) {
+          for (int64_t k = 0; k < l.cols; ++k) {
+            int code;
+            float dd, mm;
+            PackedWeight(w, r, k, &code, &dd, &mm);
+            ASSERT_EQ(code, c[static_cast<size_t>(r * l.cols + k)]) << r << "," << k;
+            ASSERT_EQ(dd, d[static_cast<size_t>(r * l.n_groups() + k / group)]);
+            ASSERT_EQ(mm, explicit_min ? m[static_cast<size_t>(r * l.n_groups() + k / group)]
+                                       : -static_cast<float>(l.zero_point()) * dd);
+          }
         }
       }
     }
@@ -52,6 +55,8 @@ TEST(PackedTest, LayoutOfOneQuad) {
   EXPECT_EQ(packed[5 * 4 + 1], 9 << 4);
   EXPECT_EQ(l.group_bytes(), 256u + 64u);
   EXPECT_DOUBLE_EQ(PackedLayout({PackedCodes::kU4, 64, 16, 64}).bits_per_weight(), 4.5);
+  EXPECT_DOUBLE_EQ(PackedLayout({PackedCodes::kU4, 32, 16, 64, false}).bits_per_weight(), 4.5);
+  EXPECT_DOUBLE_EQ(PackedLayout({PackedCodes::kU8, 32, 16, 64, false}).bits_per_weight(), 8.5);
 }
 
 TEST(PackedTest, GgufRepackIsExact) {

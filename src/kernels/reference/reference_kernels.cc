@@ -1,6 +1,7 @@
 // Scalar reference kernels: plain loops, no ISA intrinsics. Slow on purpose; they define the
 // results (see kernel_table.h and reference/canonical.h) that every fast table must reproduce.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -250,6 +251,34 @@ void Attention(const AttentionTask& task, float* scratch) {
   }
 }
 
+uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
+  uint64_t acc[8] = {};
+  const uint64_t* p = reinterpret_cast<const uint64_t*>(data);
+  for (size_t i = 0; i < n_bytes / 8; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] ^= p[i + j];
+  }
+  return acc[0] ^ acc[1] ^ acc[2] ^ acc[3] ^ acc[4] ^ acc[5] ^ acc[6] ^ acc[7];
+}
+
+double Int8Peak(double seconds) {
+  // Scalar multiply-adds over 8 independent chains.
+  int32_t acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int32_t a = 3, b = -2;
+  uint64_t macs = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0.0;
+  while (elapsed < seconds) {
+    for (int it = 0; it < 1 << 16; ++it) {
+      for (int j = 0; j < 8; ++j) acc[j] = acc[j] * a + b;
+    }
+    macs += 8u << 16;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  volatile int32_t sink = acc[0] + acc[7];
+  (void)sink;
+  return static_cast<double>(macs) / elapsed;
+}
+
 }  // namespace reference
 
 std::string_view KvTypeName(KvType type) {
@@ -291,6 +320,8 @@ const KernelTable& ReferenceKernels() {
       .silu_mul = reference::SiluMul,
       .kv_store = reference::KvStore,
       .attention = reference::Attention,
+      .stream_read = reference::StreamRead,
+      .int8_peak = reference::Int8Peak,
   };
   return kTable;
 }

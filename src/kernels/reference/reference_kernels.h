@@ -20,5 +20,7 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
              const float* v, int64_t ldv);
 void Attention(const AttentionTask& task, float* scratch);
 float Silu(float x);
+uint64_t StreamRead(const uint8_t* data, size_t n_bytes);
+double Int8Peak(double seconds);
 
 }  // namespace pocket::reference

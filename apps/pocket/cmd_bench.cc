@@ -1,0 +1,78 @@
+// pocket bench: prefill (pp) and decode (tg) speed, load time, memory and CPU time, next to this
+// machine's ceilings measured in the same run. Markdown by default; --json prints one object per
+// line, one per (model, threads).
+#include "common.h"
+#include "runtime/bench.h"
+
+namespace pocket::cli {
+
+Command AddBenchCommand(CLI::App& root) {
+  auto* app =
+      root.add_subcommand("bench", "benchmark prefill and decode against measured ceilings");
+  struct Flags {
+    std::vector<std::string> models;
+    int32_t n_prompt = 512, n_gen = 128, repetitions = 5, n_batch = 512;
+    std::string threads = "1,2";
+    std::string kv_type = "f16";
+    std::string kernels;
+    bool no_amx = false, no_repack = false, json = false, no_ceilings = false;
+  };
+  auto f = std::make_shared<Flags>();
+  app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
+  app->add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (prefill)")->capture_default_str();
+  app->add_option("-n,--n-gen", f->n_gen, "generated tokens (decode)")->capture_default_str();
+  app->add_option("-t,--threads", f->threads, "thread counts, comma-separated")
+      ->capture_default_str();
+  app->add_option("-r,--repetitions", f->repetitions, "timed runs after one warm-up")
+      ->capture_default_str();
+  app->add_option("-b,--batch", f->n_batch, "prefill chunk in tokens")->capture_default_str();
+  app->add_option("--kv-type", f->kv_type, "KV cache type: f16, f32 or q8")->capture_default_str();
+  app->add_option("--kernels", f->kernels, "force a kernel table");
+  app->add_flag("--no-amx", f->no_amx, "do not use AMX tiles (AVX-512 VNNI only)");
+  app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
+  app->add_flag("--no-ceilings", f->no_ceilings, "skip the bandwidth and int8 peak measurements");
+  app->add_flag("--json", f->json, "one JSON object per line per (model, threads)");
+  return {app, [=]() -> int {
+            BenchConfig config;
+            config.models = f->models;
+            config.n_prompt = f->n_prompt;
+            config.n_gen = f->n_gen;
+            config.repetitions = f->repetitions;
+            config.n_batch = f->n_batch;
+            config.repack = !f->no_repack;
+            config.measure_ceilings = !f->no_ceilings;
+            config.threads.clear();
+            for (const std::string& part : SplitString(f->threads, ',')) {
+              char* end = nullptr;
+              const long t = std::strtol(part.c_str(), &end, 10);
+              if (part.empty() || *end != '\0' || t < 1 || t > 256) {
+                return ReportError(InvalidArgumentError("--threads: ", QuoteBytes(part),
+                                                        " is not a thread count"));
+              }
+              config.threads.push_back(static_cast<int32_t>(t));
+            }
+            if (!ParseKvType(f->kv_type, &config.kv_type)) {
+              return ReportError(InvalidArgumentError("--kv-type ", QuoteBytes(f->kv_type)));
+            }
+            KernelOptions ko;
+            ko.force = f->kernels;
+            ko.allow_amx = !f->no_amx;
+            auto kernels = SelectKernels(ko);
+            if (!kernels.ok()) return ReportError(kernels.status());
+            config.kernels = *kernels;
+            config.progress = [](const std::string& line) {
+              std::fprintf(stderr, "pocket bench: %s\n", line.c_str());
+            };
+            auto results = RunBench(config);
+            if (!results.ok()) return ReportError(results.status());
+            if (f->json) {
+              for (const BenchResult& r : *results) std::printf("%s\n", BenchJson(r).c_str());
+            } else {
+              std::printf("\n%s", BenchMarkdownHeader().c_str());
+              for (const BenchResult& r : *results) std::printf("%s", BenchMarkdownRow(r).c_str());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace pocket::cli

@@ -1,0 +1,366 @@
+// AVX-512 kernels (F, BW, VL, DQ, VNNI). Bit-identical to the reference for quantize_rows,
+// packed_gemm (store / accumulate), dense_gemm, rmsnorm, rope and kv_store: the same operations
+// in the same order (reference/canonical.h). This file is compiled with AVX-512 flags and only
+// called when the CPU has them: it defines everything it uses itself (no shared inline code, whose
+// AVX-512 copy the linker could pick for baseline callers).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+#include "kernels/reference/reference_kernels.h"
+#include "kernels/tables.h"
+#include "kernels/x86/avx512_common.h"
+#include "quant/quantize.h"
+
+namespace pocket {
+namespace avx512 {
+
+// ---- activations --------------------------------------------------------------------------
+
+void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
+                  const float* norm_weight, float eps, QuantizedRows* out) {
+  const int32_t group = out->group;
+  const int64_t n_groups = cols / group;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* row = x + t * ldx;
+    __m512 inv_rms = _mm512_set1_ps(1.0f);
+    if (norm_weight != nullptr) {
+      const float mean = SumOfSquares(row, cols) / static_cast<float>(cols);
+      inv_rms = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+    }
+    int8_t* q_row = out->q + t * cols;
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const float* src = row + g * group;
+      // Pass 1: the group's absolute maximum (normalizing on the fly).
+      __m512 vmax = _mm512_setzero_ps();
+      for (int32_t i = 0; i < group; i += 16) {
+        __m512 v = _mm512_loadu_ps(src + i);
+        if (norm_weight != nullptr) {
+          v = _mm512_mul_ps(_mm512_mul_ps(v, inv_rms),
+                            _mm512_loadu_ps(norm_weight + g * group + i));
+        }
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+      }
+      const float amax = _mm512_reduce_max_ps(vmax);
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      out->scale[t * n_groups + g] = amax / 127.0f;
+      const __m512 vinv = _mm512_set1_ps(inv);
+      const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+      __m512i vsum = _mm512_setzero_si512();
+      for (int32_t i = 0; i < group; i += 16) {
+        __m512 v = _mm512_loadu_ps(src + i);
+        if (norm_weight != nullptr) {
+          v = _mm512_mul_ps(_mm512_mul_ps(v, inv_rms),
+                            _mm512_loadu_ps(norm_weight + g * group + i));
+        }
+        // Round half to even (the default MXCSR mode), as the reference's nearbyint.
+        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v, vinv));
+        qi = _mm512_min_epi32(_mm512_max_epi32(qi, lo), hi);
+        vsum = _mm512_add_epi32(vsum, qi);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q_row + g * group + i),
+                         _mm512_cvtepi32_epi8(qi));
+      }
+      out->sum[t * n_groups + g] = _mm512_reduce_add_epi32(vsum);
+    }
+  }
+}
+
+// ---- packed integer matmul -------------------------------------------------------------------
+
+// Float accumulators of one panel for one token, updated group by group:
+// acc = fma(s, fma(m, S, d * (float)iacc), acc), as the reference.
+inline __m512 AccumulateGroup(__m512 acc, __m512i iacc, __m512 d, __m512 m, float s, int32_t sum) {
+  const __m512 v = _mm512_fmadd_ps(m, _mm512_set1_ps(static_cast<float>(sum)),
+                                   _mm512_mul_ps(d, _mm512_cvtepi32_ps(iacc)));
+  return _mm512_fmadd_ps(_mm512_set1_ps(s), v, acc);
+}
+
+inline __m512i Bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Integer dot products of one group of one panel with kTokens tokens' activations.
+template <int kTokens>
+inline void GroupDots(const uint8_t* block, bool u4, int32_t group, const int8_t* const* aq,
+                      __m512i* iacc) {
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_setzero_si512();
+  if (u4) {
+    const int32_t half = group / 8;  // vectors per group; each holds quads i and i + half
+    __m512i iacc2[kTokens];
+    for (int t = 0; t < kTokens; ++t) iacc2[t] = _mm512_setzero_si512();
+    for (int32_t i = 0; i < half; ++i) {
+      const __m512i v = _mm512_loadu_si512(block + 64 * i);
+      const __m512i lo = _mm512_and_si512(v, nib);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+      for (int t = 0; t < kTokens; ++t) {
+        iacc[t] = _mm512_dpbusd_epi32(iacc[t], lo, Bcast32(aq[t] + 4 * i));
+        iacc2[t] = _mm512_dpbusd_epi32(iacc2[t], hi, Bcast32(aq[t] + 4 * (i + half)));
+      }
+    }
+    for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_add_epi32(iacc[t], iacc2[t]);
+  } else {
+    const int32_t quads = group / 4;
+    for (int32_t i = 0; i < quads; ++i) {
+      const __m512i v = _mm512_loadu_si512(block + 64 * i);
+      for (int t = 0; t < kTokens; ++t)
+        iacc[t] = _mm512_dpbusd_epi32(iacc[t], v, Bcast32(aq[t] + 4 * i));
+    }
+  }
+}
+
+struct PanelGeometry {
+  bool u4;
+  bool explicit_min;
+  float neg_zero_point;  // symmetric layouts: m = neg_zero_point * d
+  int32_t group;
+  int64_t n_groups;
+  size_t code_bytes;
+  size_t group_bytes;
+  size_t panel_bytes;
+};
+
+inline PanelGeometry Geometry(const PackedLayout& l) {
+  PanelGeometry g;
+  g.u4 = l.codes == PackedCodes::kU4;
+  g.group = l.group;
+  g.n_groups = l.cols / l.group;
+  g.code_bytes = static_cast<size_t>(l.group) * 16 * (g.u4 ? 4 : 8) / 8;
+  g.explicit_min = l.explicit_min;
+  g.neg_zero_point = g.u4 ? -8.0f : -128.0f;
+  g.group_bytes = g.code_bytes + (g.explicit_min ? 64 : 32);
+  g.panel_bytes = g.group_bytes * static_cast<size_t>(g.n_groups);
+  return g;
+}
+
+// Results of panel p for kTokens tokens starting at t0 (acc[t] = 16 rows).
+template <int kTokens>
+inline void PanelTokens(const PanelGeometry& geo, const uint8_t* panel, const QuantizedRows& a,
+                        int64_t t0, __m512* acc) {
+  const int8_t* aq[kTokens];
+  for (int t = 0; t < kTokens; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    aq[t] = a.q + (t0 + t) * a.cols;
+  }
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    __m512i iacc[kTokens];
+    const int8_t* aqg[kTokens];
+    for (int t = 0; t < kTokens; ++t) aqg[t] = aq[t] + g * geo.group;
+    GroupDots<kTokens>(block, geo.u4, geo.group, aqg, iacc);
+    const __m512 d = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + geo.code_bytes)));
+    const __m512 m = geo.explicit_min
+                         ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                               reinterpret_cast<const __m256i*>(block + geo.code_bytes + 32)))
+                         : _mm512_mul_ps(_mm512_set1_ps(geo.neg_zero_point), d);
+    for (int t = 0; t < kTokens; ++t) {
+      const int64_t idx = (t0 + t) * geo.n_groups + g;
+      acc[t] = AccumulateGroup(acc[t], iacc[t], d, m, a.scale[idx], a.sum[idx]);
+    }
+  }
+}
+
+inline void StorePanel(const GemmOut& out, int64_t t, int64_t row0, int64_t rows, __m512 v) {
+  const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+  float* y = out.y + t * out.ld + row0;
+  if (out.epilogue == Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+  _mm512_mask_storeu_ps(y, mask, v);
+}
+
+template <int kTokens>
+void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a, int64_t t0,
+                int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  const int64_t rows = w.layout.rows;
+  if (out.epilogue == Epilogue::kSwiGlu) {
+    for (int64_t p = panel_begin; p < panel_end; p += 2) {
+      __m512 gate[kTokens], up[kTokens];
+      PanelTokens<kTokens>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, a, t0, gate);
+      PanelTokens<kTokens>(geo, w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t0, up);
+      for (int t = 0; t < kTokens; ++t) {
+        _mm512_storeu_ps(out.y + (t0 + t) * out.ld + (p / 2) * 16,
+                         _mm512_mul_ps(Silu(gate[t]), up[t]));
+      }
+    }
+    return;
+  }
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    __m512 acc[kTokens];
+    PanelTokens<kTokens>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, a, t0, acc);
+    for (int t = 0; t < kTokens; ++t) StorePanel(out, t0 + t, p * 16, rows, acc[t]);
+  }
+}
+
+void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                int64_t panel_end, const GemmOut& out) {
+  const PanelGeometry geo = Geometry(w.layout);
+  int64_t t = 0;
+  // Blocks of tokens reuse each panel's weights from L1; the decode step (one token) streams.
+  for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, panel_begin, panel_end, out);
+  for (; t < a.n_tokens; ++t) PanelRange<1>(w, geo, a, t, panel_begin, panel_end, out);
+}
+
+// ---- dense float matmul -----------------------------------------------------------------------
+
+// Row r as floats: f32 in place, f16 / bf16 converted 16 at a time, block types via the
+// reference dequantizer (exact either way).
+inline const float* RowAsFloat(const WeightMatrix& w, int64_t r, float* scratch) {
+  const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
+  switch (w.type) {
+    case DType::kF32:
+      return reinterpret_cast<const float*>(src);
+    case DType::kF16:
+      for (int64_t i = 0; i < w.cols; i += 16) {
+        const __mmask16 m = MaskFor(w.cols - i);
+        _mm512_mask_storeu_ps(scratch + i, m,
+                              _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + 2 * i)));
+      }
+      return scratch;
+    case DType::kBF16:
+      for (int64_t i = 0; i < w.cols; i += 16) {
+        const __mmask16 m = MaskFor(w.cols - i);
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + 2 * i));
+        _mm512_mask_storeu_ps(scratch + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+      }
+      return scratch;
+    default:
+      DequantizeRow(w.type, src, scratch, w.cols);
+      return scratch;
+  }
+}
+
+void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+               int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* row = RowAsFloat(w, r, scratch);
+    int64_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+      for (int64_t i = 0; i < w.cols; i += 16) {
+        const __mmask16 m = MaskFor(w.cols - i);
+        const __m512 wv = _mm512_maskz_loadu_ps(m, row + i);
+        for (int j = 0; j < 4; ++j) {
+          acc[j] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + (t + j) * ldx + i), acc[j]);
+        }
+      }
+      for (int j = 0; j < 4; ++j) StoreScalar(out, t + j, r, CanonicalReduce(acc[j]));
+    }
+    for (; t < n_tokens; ++t) {
+      StoreScalar(out, t, r, CanonicalDot(row, x + t * ldx, w.cols));
+    }
+  }
+}
+
+// ---- small operations -------------------------------------------------------------------------
+
+void Rmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
+  const float mean = SumOfSquares(x, n) / static_cast<float>(n);
+  const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = MaskFor(n - i);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + i)));
+  }
+}
+
+void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,
+          bool interleaved) {
+  const int64_t half = head_dim / 2;
+  if (interleaved || half % 16 != 0) {
+    reference::Rope(x, n_heads, head_dim, cos, sin, interleaved);
+    return;
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; i += 16) {
+      const __m512 c = _mm512_loadu_ps(cos + i), s = _mm512_loadu_ps(sin + i);
+      const __m512 x0 = _mm512_loadu_ps(v + i), x1 = _mm512_loadu_ps(v + half + i);
+      // Separate multiplies and subtraction, as the reference (no fused multiply-add here).
+      _mm512_storeu_ps(v + i, _mm512_sub_ps(_mm512_mul_ps(x0, c), _mm512_mul_ps(x1, s)));
+      _mm512_storeu_ps(v + half + i, _mm512_add_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x0, s)));
+    }
+  }
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = MaskFor(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(Silu(g), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+// ---- machine ceilings ---------------------------------------------------------------------------
+
+uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 256 <= n_bytes; i += 256) {
+    a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(data + i));
+    a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(data + i + 64));
+    a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(data + i + 128));
+    a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(data + i + 192));
+  }
+  const __m512i x = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+  return static_cast<uint64_t>(_mm512_reduce_or_epi64(x));
+}
+
+double Int8Peak(double seconds) {
+  // Twelve independent VPDPBUSD chains in named registers (enough to cover the instruction's
+  // latency at two per cycle), operands opaque to the compiler so nothing folds.
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  __asm__ volatile("" : "+v"(a), "+v"(b));
+  __m512i c0 = a, c1 = a, c2 = a, c3 = a, c4 = a, c5 = a, c6 = a, c7 = a, c8 = a, c9 = a, c10 = a,
+          c11 = a;
+  uint64_t macs = 0;
+  const int64_t start = NowNanos();
+  double elapsed = 0.0;
+  while (elapsed < seconds) {
+    for (int it = 0; it < 1 << 14; ++it) {
+      c0 = _mm512_dpbusd_epi32(c0, a, b);
+      c1 = _mm512_dpbusd_epi32(c1, a, b);
+      c2 = _mm512_dpbusd_epi32(c2, a, b);
+      c3 = _mm512_dpbusd_epi32(c3, a, b);
+      c4 = _mm512_dpbusd_epi32(c4, a, b);
+      c5 = _mm512_dpbusd_epi32(c5, a, b);
+      c6 = _mm512_dpbusd_epi32(c6, a, b);
+      c7 = _mm512_dpbusd_epi32(c7, a, b);
+      c8 = _mm512_dpbusd_epi32(c8, a, b);
+      c9 = _mm512_dpbusd_epi32(c9, a, b);
+      c10 = _mm512_dpbusd_epi32(c10, a, b);
+      c11 = _mm512_dpbusd_epi32(c11, a, b);
+      __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
+                       "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+    }
+    macs += uint64_t{12} * 64 * (1u << 14);
+    elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
+  }
+  return static_cast<double>(macs) / elapsed;
+}
+
+}  // namespace avx512
+
+const KernelTable& Avx512Kernels() {
+  static const KernelTable kTable = {
+      .name = "avx512",
+      .quantize_rows = avx512::QuantizeRows,
+      .packed_gemm = avx512::PackedGemm,
+      .dense_gemm = avx512::DenseGemm,
+      .rmsnorm = avx512::Rmsnorm,
+      .rope = avx512::Rope,
+      .silu_mul = avx512::SiluMul,
+      .kv_store = avx512::KvStore,
+      .attention = avx512::Attention,
+      .stream_read = avx512::StreamRead,
+      .int8_peak = avx512::Int8Peak,
+  };
+  return kTable;
+}
+
+}  // namespace pocket

@@ -1,0 +1,240 @@
+#include "runtime/bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+
+#include "base/memory.h"
+#include "base/rng.h"
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "kernels/select.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+Stat Summarize(std::vector<double> v) {
+  Stat s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.max = v.back();
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+// Read bandwidth with n_threads threads, each streaming its own slice of one large buffer; the
+// median of several passes, in GB/s.
+double MeasureBandwidth(const KernelTable& k, int32_t n_threads, size_t bytes) {
+  bytes = bytes / (64 * static_cast<size_t>(n_threads)) * 64 * static_cast<size_t>(n_threads);
+  std::unique_ptr<uint8_t[]> raw(new (std::nothrow) uint8_t[bytes + 64]);
+  if (!raw) return 0.0;
+  uint8_t* buf = raw.get() + (64 - reinterpret_cast<uintptr_t>(raw.get()) % 64) % 64;
+  for (size_t i = 0; i < bytes; i += 4096) buf[i] = static_cast<uint8_t>(i >> 12);  // fault in
+  std::memset(buf, 1, bytes);
+  ThreadPool pool(n_threads);
+  const size_t slice = bytes / static_cast<size_t>(n_threads);
+  std::vector<double> gbps;
+  uint64_t sink = 0;
+  for (int pass = 0; pass < 7; ++pass) {
+    std::vector<uint64_t> out(static_cast<size_t>(n_threads));
+    Stopwatch w;
+    pool.Run([&](int t) { out[static_cast<size_t>(t)] = k.stream_read(buf + t * slice, slice); });
+    const double s = w.elapsed_s();
+    for (uint64_t v : out) sink ^= v;
+    if (pass > 0) gbps.push_back(static_cast<double>(bytes) / s / 1e9);  // pass 0 warms up
+  }
+  if (sink == 0x5eed) std::fprintf(stderr, " ");  // keep the reads observable
+  return Summarize(gbps).median;
+}
+
+double MeasureInt8Peak(const KernelTable& k, int32_t n_threads) {
+  ThreadPool pool(n_threads);
+  std::vector<double> totals;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<double> rates(static_cast<size_t>(n_threads));
+    pool.Run([&](int t) { rates[static_cast<size_t>(t)] = k.int8_peak(0.2); });
+    double total = 0;
+    for (double r : rates) total += r;
+    totals.push_back(total);
+  }
+  return Summarize(totals).median;
+}
+
+struct Ceilings {
+  double bandwidth_gbps = 0;
+  double int8_macs = 0;
+};
+
+}  // namespace
+
+StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
+  if (config.models.empty()) return InvalidArgumentError("no model to benchmark");
+  if (config.n_prompt < 1 || config.n_gen < 1) {
+    return InvalidArgumentError("prompt and generation lengths must be at least 1");
+  }
+  if (config.repetitions < 1) return InvalidArgumentError("repetitions must be at least 1");
+  const KernelTable& kernels = config.kernels != nullptr ? *config.kernels : SelectKernels();
+  auto say = [&](const std::string& line) {
+    if (config.progress) config.progress(line);
+  };
+  std::map<int32_t, Ceilings> ceilings;
+  if (config.measure_ceilings) {
+    for (int32_t t : config.threads) {
+      say(StrCat("ceilings: memory bandwidth and int8 peak with ", t, " thread(s) (", kernels.name,
+                 ")"));
+      ceilings[t].bandwidth_gbps = MeasureBandwidth(kernels, t, config.bandwidth_buffer_bytes);
+      ceilings[t].int8_macs = MeasureInt8Peak(kernels, t);
+    }
+  }
+  std::vector<BenchResult> results;
+  for (const std::string& path : config.models) {
+    for (int32_t n_threads : config.threads) {
+      BenchResult r;
+      r.model = path;
+      r.kernels = std::string(kernels.name);
+      r.threads = n_threads;
+      r.n_prompt = config.n_prompt;
+      r.n_gen = config.n_gen;
+      r.repetitions = config.repetitions;
+      r.kv_type = std::string(KvTypeName(config.kv_type));
+      ResetPeakRss();
+      const ProcessMemory before = ReadProcessMemory();
+      LoadOptions lo;
+      lo.kernels = &kernels;
+      lo.repack = config.repack;
+      Stopwatch load_watch;
+      POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(path, lo));
+      r.load_ms = static_cast<double>(load_watch.elapsed_us()) / 1000.0;
+      const ModelConfig& c = model->config();
+      r.file_bytes = model->source().file_bytes();
+      r.weight_bytes = model->weights().decode_weight_bytes();
+      r.repacked_bytes = model->weights().repacked_bytes;
+      SessionOptions so;
+      so.n_ctx = config.n_prompt + config.n_gen;
+      so.n_batch = std::min(config.n_batch, config.n_prompt);
+      so.n_threads = n_threads;
+      so.kv_type = config.kv_type;
+      POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
+      Rng rng(1234);
+      std::vector<int32_t> prompt(static_cast<size_t>(config.n_prompt));
+      for (int32_t& id : prompt)
+        id = static_cast<int32_t>(rng.NextBelow(static_cast<uint64_t>(c.vocab_size)));
+      std::vector<double> pp, tg, cpu;
+      for (int32_t run = 0; run <= config.repetitions; ++run) {
+        say(StrCat(path, ": ", n_threads, " thread(s), ",
+                   run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": pp",
+                   config.n_prompt, " + tg", config.n_gen));
+        session->Reset();
+        const double cpu0 = ProcessCpuSeconds();
+        Stopwatch w;
+        POCKET_RETURN_IF_ERROR(session->Append(prompt));
+        const double pp_s = w.elapsed_s();
+        w.Reset();
+        for (int32_t i = 0; i < config.n_gen; ++i) {
+          std::span<const float> logits = session->last_logits();
+          const int32_t next =
+              static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          POCKET_RETURN_IF_ERROR(session->Append(std::span<const int32_t>(&next, 1)));
+        }
+        const double tg_s = w.elapsed_s();
+        if (run == 0) continue;
+        pp.push_back(config.n_prompt / pp_s);
+        tg.push_back(config.n_gen / tg_s);
+        cpu.push_back(ProcessCpuSeconds() - cpu0);
+      }
+      r.prefill_tokens_per_s = Summarize(pp);
+      r.decode_tokens_per_s = Summarize(tg);
+      r.cpu_seconds = Summarize(cpu).median;
+      const ProcessMemory after = ReadProcessMemory();
+      r.peak_rss_increase_bytes =
+          static_cast<int64_t>(after.peak_rss_bytes) - static_cast<int64_t>(before.rss_bytes);
+
+      // Bytes one decode step reads: every matrix once, plus the KV cache up to the position
+      // (on average, the middle of the generated span).
+      const double avg_pos = config.n_prompt + config.n_gen / 2.0;
+      const double kv_elem = static_cast<double>(KvElementBytes(config.kv_type)) +
+                             (config.kv_type == KvType::kQ8 ? 4.0 / c.head_dim : 0.0);
+      r.decode_bytes_per_token = static_cast<double>(r.weight_bytes) +
+                                 2.0 * c.n_layers * c.n_kv_heads * avg_pos * c.head_dim * kv_elem;
+      // Multiply-adds per prompt token: every matrix but the output (computed for the last token
+      // only), plus attention (QK and PV) over on average half the prompt.
+      const double matrix_macs = static_cast<double>(c.n_layers) * static_cast<double>(c.d_model) *
+                                 static_cast<double>(c.q_dim() * 2 + 2 * c.kv_dim() + 3 * c.d_ff);
+      const double attention_macs = 2.0 * c.n_layers * c.q_dim() * (config.n_prompt / 2.0);
+      r.prefill_macs_per_token = matrix_macs + attention_macs;
+      if (auto it = ceilings.find(n_threads); it != ceilings.end()) {
+        r.memory_bandwidth_gbps = it->second.bandwidth_gbps;
+        r.decode_roofline_tokens_per_s = r.memory_bandwidth_gbps * 1e9 / r.decode_bytes_per_token;
+        r.decode_roofline_fraction = r.decode_tokens_per_s.median / r.decode_roofline_tokens_per_s;
+        r.int8_peak_gmacs = it->second.int8_macs / 1e9;
+        r.prefill_compute_fraction =
+            r.prefill_tokens_per_s.median * r.prefill_macs_per_token / it->second.int8_macs;
+      }
+      results.push_back(r);
+    }
+  }
+  return results;
+}
+
+std::string BenchMarkdownHeader() {
+  return "| model | size | kernels | threads | pp t/s | tg t/s | load ms | peak RSS + | CPU s/run "
+         "| bandwidth GB/s | decode roofline t/s | roofline % | int8 peak GMAC/s | prefill % |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+}
+
+std::string BenchMarkdownRow(const BenchResult& r) {
+  char buf[1024];
+  const size_t slash = r.model.find_last_of('/');
+  const std::string name = slash == std::string::npos ? r.model : r.model.substr(slash + 1);
+  std::snprintf(
+      buf, sizeof(buf),
+      "| %s | %s | %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
+      "| %.1f | %.0f%% | %.0f | %.0f%% |\n",
+      name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads,
+      r.prefill_tokens_per_s.median, r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max,
+      r.decode_tokens_per_s.median, r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.load_ms,
+      HumanBytes(static_cast<uint64_t>(std::max<int64_t>(0, r.peak_rss_increase_bytes))).c_str(),
+      r.cpu_seconds, r.memory_bandwidth_gbps, r.decode_roofline_tokens_per_s,
+      100.0 * r.decode_roofline_fraction, r.int8_peak_gmacs, 100.0 * r.prefill_compute_fraction);
+  return buf;
+}
+
+std::string BenchJson(const BenchResult& r) {
+  std::string model;
+  for (char ch : r.model) {
+    if (ch == '"' || ch == '\\') model += '\\';
+    model += ch;
+  }
+  char buf[2048];
+  std::snprintf(
+      buf, sizeof(buf),
+      "{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, "
+      "\"repetitions\": %d, \"kv_type\": \"%s\", \"file_bytes\": %llu, \"weight_bytes\": %llu, "
+      "\"repacked_bytes\": %llu, \"load_ms\": %.3f, "
+      "\"prefill_tokens_per_s\": %.3f, \"prefill_tokens_per_s_min\": %.3f, "
+      "\"prefill_tokens_per_s_max\": %.3f, \"decode_tokens_per_s\": %.3f, "
+      "\"decode_tokens_per_s_min\": %.3f, \"decode_tokens_per_s_max\": %.3f, "
+      "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, "
+      "\"memory_bandwidth_gbps\": %.3f, \"decode_bytes_per_token\": %.0f, "
+      "\"decode_roofline_tokens_per_s\": %.3f, \"decode_roofline_fraction\": %.4f, "
+      "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %.0f, "
+      "\"prefill_compute_fraction\": %.4f}",
+      model.c_str(), r.kernels.c_str(), r.threads, r.n_prompt, r.n_gen, r.repetitions,
+      r.kv_type.c_str(), static_cast<unsigned long long>(r.file_bytes),
+      static_cast<unsigned long long>(r.weight_bytes),
+      static_cast<unsigned long long>(r.repacked_bytes), r.load_ms, r.prefill_tokens_per_s.median,
+      r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max, r.decode_tokens_per_s.median,
+      r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.cpu_seconds,
+      static_cast<long long>(r.peak_rss_increase_bytes), r.memory_bandwidth_gbps,
+      r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
+      r.int8_peak_gmacs, r.prefill_macs_per_token, r.prefill_compute_fraction);
+  return buf;
+}
+
+}  // namespace pocket

@@ -1,0 +1,64 @@
+// `pocket bench`: prefill and decode speed, load time, memory and CPU time of models, next to this
+// machine's own ceilings measured in the same run (memory bandwidth -> the decode roofline; int8
+// multiply-add peak -> the prefill compute fraction). In the manner of llama-bench and MNN's
+// llm_bench: one warm-up, then r runs, medians with min and max.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/kernel_table.h"
+
+namespace pocket {
+
+struct BenchConfig {
+  std::vector<std::string> models;
+  int32_t n_prompt = 512;
+  int32_t n_gen = 128;
+  std::vector<int32_t> threads = {1, 2};
+  int32_t repetitions = 5;
+  int32_t n_batch = 512;  // prefill chunk
+  KvType kv_type = KvType::kF16;
+  const KernelTable* kernels = nullptr;  // null: the best for this CPU
+  bool repack = true;
+  bool measure_ceilings = true;
+  size_t bandwidth_buffer_bytes = size_t{1} << 30;   // larger than any cache
+  std::function<void(const std::string&)> progress;  // one line per step (stderr in the CLI)
+};
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+struct BenchResult {
+  std::string model;
+  std::string kernels;
+  int32_t threads = 0;
+  int32_t n_prompt = 0, n_gen = 0, repetitions = 0;
+  std::string kv_type;
+  uint64_t file_bytes = 0;
+  uint64_t weight_bytes = 0;  // matrices as the kernels read them
+  uint64_t repacked_bytes = 0;
+  double load_ms = 0;
+  Stat prefill_tokens_per_s, decode_tokens_per_s;
+  double cpu_seconds = 0;  // median CPU time (all threads) of one pp + tg run
+  int64_t peak_rss_increase_bytes = 0;
+  // Ceilings measured in the same run (0 when not measured).
+  double memory_bandwidth_gbps = 0;
+  double decode_bytes_per_token = 0;
+  double decode_roofline_tokens_per_s = 0;
+  double decode_roofline_fraction = 0;
+  double int8_peak_gmacs = 0;
+  double prefill_macs_per_token = 0;
+  double prefill_compute_fraction = 0;
+};
+
+StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config);
+
+std::string BenchMarkdownHeader();
+std::string BenchMarkdownRow(const BenchResult& r);
+std::string BenchJson(const BenchResult& r);
+
+}  // namespace pocket
