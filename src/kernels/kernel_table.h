@@ -34,7 +34,7 @@ struct WeightMatrix {
 struct QuantizedRows {
   int8_t* q = nullptr;     // [n_tokens, cols]
   float* scale = nullptr;  // [n_tokens, n_groups]
-  int32_t* sum = nullptr;  // [n_tokens, n_groups]: sum of q over the group
+  float* sum = nullptr;    // [n_tokens, n_groups]: sum of q over the group (an exact integer)
   int64_t n_tokens = 0;
   int64_t cols = 0;
   int32_t group = 32;

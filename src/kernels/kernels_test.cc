@@ -28,7 +28,7 @@ std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
 struct Quantized {
   std::vector<int8_t> q;
   std::vector<float> scale;
-  std::vector<int32_t> sum;
+  std::vector<float> sum;
   QuantizedRows rows;
   Quantized(int64_t n_tokens, int64_t cols, int32_t group)
       : q(static_cast<size_t>(n_tokens * cols)),

@@ -262,7 +262,7 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const ModelConfig& c, int32_t ma
   s.up = reinterpret_cast<float*>(slots[5]);
   s.quant.q = reinterpret_cast<int8_t*>(slots[6]);
   s.quant.scale = reinterpret_cast<float*>(slots[7]);
-  s.quant.sum = reinterpret_cast<int32_t*>(slots[8]);
+  s.quant.sum = reinterpret_cast<float*>(slots[8]);
   s.rope_cos = reinterpret_cast<float*>(slots[9]);
   s.rope_sin = reinterpret_cast<float*>(slots[10]);
   s.thread_scratch = reinterpret_cast<float*>(slots[11]);

@@ -20,7 +20,7 @@ void Rmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * weight[i];
 }
 
-void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, int32_t* sum) {
+void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, float* sum) {
   float amax = 0.0f;
   for (int32_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
@@ -33,7 +33,7 @@ void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, int32_t* 
     q[i] = static_cast<int8_t>(v);
     s += v;
   }
-  *sum = s;
+  *sum = static_cast<float>(s);  // exact: |s| <= 127 * group < 2^24
 }
 
 void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
@@ -95,7 +95,7 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
             acc += code * a.q[t * a.cols + g * l.group + kk];
           }
           const float v =
-              std::fma(m, static_cast<float>(a.sum[t * n_groups + g]), d * static_cast<float>(acc));
+              std::fma(m, a.sum[t * n_groups + g], d * static_cast<float>(acc));
           acc_f = std::fma(a.scale[t * n_groups + g], v, acc_f);
         }
         y[r] = acc_f;

@@ -6,7 +6,7 @@
 namespace pocket::reference {
 
 void Rmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y);
-void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, int32_t* sum);
+void QuantizeGroup(const float* x, int32_t n, int8_t* q, float* scale, float* sum);
 void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
                   const float* norm_weight, float eps, QuantizedRows* out);
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,

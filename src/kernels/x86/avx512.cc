@@ -63,7 +63,7 @@ void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q_row + g * group + i),
                          _mm512_cvtepi32_epi8(qi));
       }
-      out->sum[t * n_groups + g] = _mm512_reduce_add_epi32(vsum);
+      out->sum[t * n_groups + g] = static_cast<float>(_mm512_reduce_add_epi32(vsum));
     }
   }
 }
@@ -72,9 +72,9 @@ void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
 
 // Float accumulators of one panel for one token, updated group by group:
 // acc = fma(s, fma(m, S, d * (float)iacc), acc), as the reference.
-inline __m512 AccumulateGroup(__m512 acc, __m512i iacc, __m512 d, __m512 m, float s, int32_t sum) {
-  const __m512 v = _mm512_fmadd_ps(m, _mm512_set1_ps(static_cast<float>(sum)),
-                                   _mm512_mul_ps(d, _mm512_cvtepi32_ps(iacc)));
+inline __m512 AccumulateGroup(__m512 acc, __m512i iacc, __m512 d, __m512 m, float s, float sum) {
+  const __m512 v =
+      _mm512_fmadd_ps(m, _mm512_set1_ps(sum), _mm512_mul_ps(d, _mm512_cvtepi32_ps(iacc)));
   return _mm512_fmadd_ps(_mm512_set1_ps(s), v, acc);
 }
 
@@ -197,9 +197,91 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
   }
 }
 
+// One token (the decode step), two panels at a time: four independent dot-product chains and two
+// memory streams keep the loads in flight; the kernel runs at the speed of memory.
+template <bool kU4>
+inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const uint8_t* p1,
+                            const QuantizedRows& a, int64_t t, __m512* out0, __m512* out1) {
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  const int8_t* aq = a.q + t * a.cols;
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* b0 = p0 + static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* b1 = p1 + static_cast<size_t>(g) * geo.group_bytes;
+    const int8_t* ag = aq + g * geo.group;
+    __m512i i0a = _mm512_setzero_si512(), i0b = i0a, i1a = i0a, i1b = i0a;
+    if constexpr (kU4) {
+      const int32_t half = geo.group / 8;
+      for (int32_t i = 0; i < half; ++i) {
+        const __m512i v0 = _mm512_loadu_si512(b0 + 64 * i), v1 = _mm512_loadu_si512(b1 + 64 * i);
+        const __m512i alo = Bcast32(ag + 4 * i), ahi = Bcast32(ag + 4 * (i + half));
+        i0a = _mm512_dpbusd_epi32(i0a, _mm512_and_si512(v0, nib), alo);
+        i0b = _mm512_dpbusd_epi32(i0b, _mm512_and_si512(_mm512_srli_epi16(v0, 4), nib), ahi);
+        i1a = _mm512_dpbusd_epi32(i1a, _mm512_and_si512(v1, nib), alo);
+        i1b = _mm512_dpbusd_epi32(i1b, _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib), ahi);
+      }
+    } else {
+      const int32_t quads = geo.group / 4;
+      for (int32_t i = 0; i < quads; i += 2) {
+        const __m512i a0 = Bcast32(ag + 4 * i), a1 = Bcast32(ag + 4 * i + 4);
+        i0a = _mm512_dpbusd_epi32(i0a, _mm512_loadu_si512(b0 + 64 * i), a0);
+        i0b = _mm512_dpbusd_epi32(i0b, _mm512_loadu_si512(b0 + 64 * i + 64), a1);
+        i1a = _mm512_dpbusd_epi32(i1a, _mm512_loadu_si512(b1 + 64 * i), a0);
+        i1b = _mm512_dpbusd_epi32(i1b, _mm512_loadu_si512(b1 + 64 * i + 64), a1);
+      }
+    }
+    const __m512 d0 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + geo.code_bytes)));
+    const __m512 d1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + geo.code_bytes)));
+    __m512 m0, m1;
+    if (geo.explicit_min) {
+      m0 = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + geo.code_bytes + 32)));
+      m1 = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + geo.code_bytes + 32)));
+    } else {
+      m0 = _mm512_mul_ps(_mm512_set1_ps(geo.neg_zero_point), d0);
+      m1 = _mm512_mul_ps(_mm512_set1_ps(geo.neg_zero_point), d1);
+    }
+    const int64_t idx = t * geo.n_groups + g;
+    acc0 = AccumulateGroup(acc0, _mm512_add_epi32(i0a, i0b), d0, m0, a.scale[idx], a.sum[idx]);
+    acc1 = AccumulateGroup(acc1, _mm512_add_epi32(i1a, i1b), d1, m1, a.scale[idx], a.sum[idx]);
+  }
+  *out0 = acc0;
+  *out1 = acc1;
+}
+
+template <bool kU4>
+void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
+                  int64_t t, int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  const int64_t rows = w.layout.rows;
+  int64_t p = panel_begin;
+  for (; p + 2 <= panel_end; p += 2) {
+    __m512 r0, r1;
+    DecodeTwoPanels<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes,
+                         w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t, &r0, &r1);
+    if (out.epilogue == Epilogue::kSwiGlu) {  // (gate, up) pair
+      _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16, _mm512_mul_ps(Silu(r0), r1));
+    } else {
+      StorePanel(out, t, p * 16, rows, r0);
+      StorePanel(out, t, (p + 1) * 16, rows, r1);
+    }
+  }
+  if (p < panel_end) PanelRange<1>(w, geo, a, t, p, panel_end, out);  // odd count (never SwiGLU)
+}
+
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                 int64_t panel_end, const GemmOut& out) {
   const PanelGeometry geo = Geometry(w.layout);
+  if (a.n_tokens == 1) {
+    if (geo.u4) {
+      DecodePanels<true>(w, geo, a, 0, panel_begin, panel_end, out);
+    } else {
+      DecodePanels<false>(w, geo, a, 0, panel_begin, panel_end, out);
+    }
+    return;
+  }
   int64_t t = 0;
   // Blocks of tokens reuse each panel's weights from L1; the decode step (one token) streams.
   for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, panel_begin, panel_end, out);
@@ -335,8 +417,9 @@ double Int8Peak(double seconds) {
       c9 = _mm512_dpbusd_epi32(c9, a, b);
       c10 = _mm512_dpbusd_epi32(c10, a, b);
       c11 = _mm512_dpbusd_epi32(c11, a, b);
-      __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
-                       "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+      __asm__ volatile(""
+                       : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
+                         "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
     }
     macs += uint64_t{12} * 64 * (1u << 14);
     elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
