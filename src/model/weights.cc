@@ -1,7 +1,7 @@
 #include "model/weights.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <new>
 

@@ -94,8 +94,7 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
             PackedWeight(w, row, g * l.group + kk, &code, &d, &m);
             acc += code * a.q[t * a.cols + g * l.group + kk];
           }
-          const float v =
-              std::fma(m, a.sum[t * n_groups + g], d * static_cast<float>(acc));
+          const float v = std::fma(m, a.sum[t * n_groups + g], d * static_cast<float>(acc));
           acc_f = std::fma(a.scale[t * n_groups + g], v, acc_f);
         }
         y[r] = acc_f;
