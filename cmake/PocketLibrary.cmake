@@ -19,7 +19,8 @@ function(pocket_test name)
   target_compile_definitions(${name} PRIVATE
     POCKET_SHARED_DIR="${POCKET_SHARED_DIR}" POCKET_CACHE_DIR="${POCKET_CACHE_DIR}"
     POCKET_SOURCE_DIR="${PROJECT_SOURCE_DIR}" POCKET_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  # GTest::gtest (installed) or gtest (built from source in cross builds): the top level says.
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} ${POCKET_GTEST_LIBRARIES})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()
