@@ -1,0 +1,314 @@
+// AVX2 packed integer matmul (the weights of every projection): bit-identical to the reference
+// for the store and accumulate epilogues. Compiled with -mavx2 -mfma -mf16c only, so it runs on
+// Haswell-class CPUs (no AVX-512, no AVX-VNNI).
+//
+// Integer dot products: VPMADDUBSW (unsigned bytes x signed bytes -> saturating int16 pairs),
+// then VPMADDWD with ones (int16 pairs -> int32, one lane per row, the quad layout of
+// quant/packed.h). Both are exact for the codes we feed them:
+//   kU4: codes 0..15 times activations -127..127: |pair| <= 2 * 15 * 127 = 3810, so even eight
+//        pair sums add up in int16 without overflow (30480 < 32767) before widening;
+//   kU8: codes 0..255 would saturate (2 * 255 * 127 > 32767), so we multiply w = code - 128
+//        (-128..127) instead, as maddubs(|w|, sign(a, w)) (|pair| <= 2 * 128 * 127 = 32512),
+//        and add 128 * sum(a) back: the exact sum of code * a.
+// The float epilogue per group is the reference's: acc = fma(s, fma(m, S, d * (float)iacc), acc).
+// A 64-byte packed vector is two ymm registers: rows 0-7 and rows 8-15 ("halves").
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+#include "kernels/x86/avx2_common.h"
+
+namespace pocket {
+namespace avx2 {
+namespace {
+
+struct PanelGeometry {
+  bool u4;
+  bool explicit_min;
+  float neg_zero_point;  // symmetric layouts: m = neg_zero_point * d
+  int32_t group;
+  int64_t n_groups;
+  size_t code_bytes;
+  size_t group_bytes;
+  size_t panel_bytes;
+};
+
+inline PanelGeometry Geometry(const PackedLayout& l) {
+  PanelGeometry g;
+  g.u4 = l.codes == PackedCodes::kU4;
+  g.group = l.group;
+  g.n_groups = l.cols / l.group;
+  g.code_bytes = static_cast<size_t>(l.group) * 16 * (g.u4 ? 4 : 8) / 8;
+  g.explicit_min = l.explicit_min;
+  g.neg_zero_point = g.u4 ? -8.0f : -128.0f;
+  g.group_bytes = g.code_bytes + (g.explicit_min ? 64 : 32);
+  g.panel_bytes = g.group_bytes * static_cast<size_t>(g.n_groups);
+  return g;
+}
+
+inline __m256i Bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i Load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// sum over each row's quad of (code - 128) * a, exactly: w = code ^ 0x80 = code - 128 as int8.
+inline __m256i DotU8(__m256i abs_w, __m256i w, __m256i a, __m256i ones) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(a, w)), ones);
+}
+
+// d and m of one half (8 rows) of a group's scales.
+inline void GroupScales(const PanelGeometry& geo, const uint8_t* block, int half, __m256* d,
+                        __m256* m) {
+  const uint8_t* s = block + geo.code_bytes + 16 * half;
+  *d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  *m = geo.explicit_min ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32)))
+                        : _mm256_mul_ps(_mm256_set1_ps(geo.neg_zero_point), *d);
+}
+
+// acc = fma(s, fma(m, S, d * (float)iacc), acc), as the reference.
+inline __m256 AccumulateGroup(__m256 acc, __m256i iacc, __m256 d, __m256 m, float s, float sum) {
+  const __m256 v =
+      _mm256_fmadd_ps(m, _mm256_set1_ps(sum), _mm256_mul_ps(d, _mm256_cvtepi32_ps(iacc)));
+  return _mm256_fmadd_ps(_mm256_set1_ps(s), v, acc);
+}
+
+// 128 * S as an int32 vector: the correction of the kU8 sign trick (S = the group's exact sum of
+// activations, stored as a float).
+inline __m256i U8Correction(float sum) {
+  return _mm256_set1_epi32(static_cast<int32_t>(sum) * 128);
+}
+
+// Half `half` (rows 8 half .. 8 half + 7) of one panel for kTokens tokens from t0: acc[t].
+template <bool kU4, int kTokens>
+inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
+                      const QuantizedRows& a, int64_t t0, __m256* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* aq[kTokens];
+  for (int t = 0; t < kTokens; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    aq[t] = a.q + (t0 + t) * a.cols;
+  }
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* codes = block + 32 * half;
+    const int64_t col0 = g * geo.group;
+    __m256i iacc[kTokens];
+    for (int t = 0; t < kTokens; ++t) iacc[t] = _mm256_setzero_si256();
+    if constexpr (kU4) {
+      const __m256i nib = _mm256_set1_epi8(0x0f);
+      const int32_t nvec = geo.group / 8;  // vectors per group; each holds quads i and i + nvec
+      for (int32_t i0 = 0; i0 < nvec; i0 += 4) {
+        __m256i acc16[kTokens];
+        for (int t = 0; t < kTokens; ++t) acc16[t] = _mm256_setzero_si256();
+        for (int32_t i = i0; i < i0 + 4; ++i) {
+          const __m256i v = Load256(codes + 64 * i);
+          const __m256i lo = _mm256_and_si256(v, nib);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+          for (int t = 0; t < kTokens; ++t) {
+            const int8_t* ag = aq[t] + col0;
+            acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(lo, Bcast32(ag + 4 * i)));
+            acc16[t] =
+                _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(hi, Bcast32(ag + 4 * (i + nvec))));
+          }
+        }
+        for (int t = 0; t < kTokens; ++t)
+          iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(acc16[t], ones));
+      }
+    } else {
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      const int32_t quads = geo.group / 4;
+      for (int32_t i = 0; i < quads; ++i) {
+        const __m256i w = _mm256_xor_si256(Load256(codes + 64 * i), flip);
+        const __m256i abs_w = _mm256_abs_epi8(w);
+        for (int t = 0; t < kTokens; ++t) {
+          iacc[t] = _mm256_add_epi32(iacc[t], DotU8(abs_w, w, Bcast32(aq[t] + col0 + 4 * i), ones));
+        }
+      }
+    }
+    __m256 d, m;
+    GroupScales(geo, block, half, &d, &m);
+    for (int t = 0; t < kTokens; ++t) {
+      const int64_t idx = (t0 + t) * geo.n_groups + g;
+      if constexpr (!kU4) iacc[t] = _mm256_add_epi32(iacc[t], U8Correction(a.sum[idx]));
+      acc[t] = AccumulateGroup(acc[t], iacc[t], d, m, a.scale[idx], a.sum[idx]);
+    }
+  }
+}
+
+// Stores 8 results of token t at rows row0.. (fewer at the end of the matrix).
+inline void StoreHalf(const GemmOut& out, int64_t t, int64_t row0, int64_t rows, __m256 v) {
+  const int64_t n = rows - row0;
+  if (n <= 0) return;
+  float* y = out.y + t * out.ld + row0;
+  if (out.epilogue == Epilogue::kAccumulate) v = _mm256_add_ps(LoadN(y, n), v);
+  StoreN(y, n, v);
+}
+
+// Panels [panel_begin, panel_end), tokens [t_begin, t_end): panel by panel, so a panel's weights
+// stay in cache while every block of kTokens tokens passes over them.
+template <bool kU4>
+void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
+                int64_t t_begin, int64_t t_end, int64_t panel_begin, int64_t panel_end,
+                const GemmOut& out) {
+  constexpr int kBlock = 4;
+  const int64_t rows = w.layout.rows;
+  const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
+  const int64_t step = swiglu ? 2 : 1;
+  for (int64_t p = panel_begin; p < panel_end; p += step) {
+    const uint8_t* panel = w.data + static_cast<size_t>(p) * geo.panel_bytes;
+    const uint8_t* up_panel = panel + geo.panel_bytes;  // kSwiGlu only
+    int64_t t = t_begin;
+    auto run = [&]<int kTokens>() {
+      for (int half = 0; half < 2; ++half) {
+        __m256 acc[kTokens];
+        PanelHalf<kU4, kTokens>(geo, panel, half, a, t, acc);
+        if (swiglu) {
+          __m256 up[kTokens];
+          PanelHalf<kU4, kTokens>(geo, up_panel, half, a, t, up);
+          for (int j = 0; j < kTokens; ++j) {
+            _mm256_storeu_ps(out.y + (t + j) * out.ld + (p / 2) * 16 + 8 * half,
+                             _mm256_mul_ps(Silu(acc[j]), up[j]));
+          }
+        } else {
+          for (int j = 0; j < kTokens; ++j) StoreHalf(out, t + j, p * 16 + 8 * half, rows, acc[j]);
+        }
+      }
+      t += kTokens;
+    };
+    while (t + kBlock <= t_end) run.template operator()<kBlock>();
+    if (t + 2 <= t_end) run.template operator()<2>();
+    if (t < t_end) run.template operator()<1>();
+  }
+}
+
+// One token (the decode step), two panels at a time: independent dot-product chains for the four
+// halves and two memory streams keep the loads in flight.
+template <bool kU4>
+inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const uint8_t* p1,
+                            const QuantizedRows& a, int64_t t, __m256 out[4]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  const int8_t* aq = a.q + t * a.cols;
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* b0 = p0 + static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* b1 = p1 + static_cast<size_t>(g) * geo.group_bytes;
+    const int8_t* ag = aq + g * geo.group;
+    // [panel 0 rows 0-7, panel 0 rows 8-15, panel 1 rows 0-7, panel 1 rows 8-15]
+    __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+    if constexpr (kU4) {
+      const __m256i nib = _mm256_set1_epi8(0x0f);
+      const int32_t nvec = geo.group / 8;
+      for (int32_t v0 = 0; v0 < nvec; v0 += 4) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+        for (int32_t i = v0; i < v0 + 4; ++i) {
+          const __m256i alo = Bcast32(ag + 4 * i), ahi = Bcast32(ag + 4 * (i + nvec));
+          const __m256i c0 = Load256(b0 + 64 * i), c1 = Load256(b0 + 64 * i + 32);
+          const __m256i c2 = Load256(b1 + 64 * i), c3 = Load256(b1 + 64 * i + 32);
+          s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(c0, nib), alo));
+          s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(c1, nib), alo));
+          s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(_mm256_and_si256(c2, nib), alo));
+          s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(_mm256_and_si256(c3, nib), alo));
+          s0 = _mm256_add_epi16(
+              s0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c0, 4), nib), ahi));
+          s1 = _mm256_add_epi16(
+              s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c1, 4), nib), ahi));
+          s2 = _mm256_add_epi16(
+              s2, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c2, 4), nib), ahi));
+          s3 = _mm256_add_epi16(
+              s3, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c3, 4), nib), ahi));
+        }
+        i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(s0, ones));
+        i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(s1, ones));
+        i2 = _mm256_add_epi32(i2, _mm256_madd_epi16(s2, ones));
+        i3 = _mm256_add_epi32(i3, _mm256_madd_epi16(s3, ones));
+      }
+    } else {
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      const int32_t quads = geo.group / 4;
+      for (int32_t i = 0; i < quads; ++i) {
+        const __m256i av = Bcast32(ag + 4 * i);
+        const __m256i w0 = _mm256_xor_si256(Load256(b0 + 64 * i), flip);
+        const __m256i w1 = _mm256_xor_si256(Load256(b0 + 64 * i + 32), flip);
+        const __m256i w2 = _mm256_xor_si256(Load256(b1 + 64 * i), flip);
+        const __m256i w3 = _mm256_xor_si256(Load256(b1 + 64 * i + 32), flip);
+        i0 = _mm256_add_epi32(i0, DotU8(_mm256_abs_epi8(w0), w0, av, ones));
+        i1 = _mm256_add_epi32(i1, DotU8(_mm256_abs_epi8(w1), w1, av, ones));
+        i2 = _mm256_add_epi32(i2, DotU8(_mm256_abs_epi8(w2), w2, av, ones));
+        i3 = _mm256_add_epi32(i3, DotU8(_mm256_abs_epi8(w3), w3, av, ones));
+      }
+    }
+    const int64_t idx = t * geo.n_groups + g;
+    const float s = a.scale[idx], sum = a.sum[idx];
+    if constexpr (!kU4) {
+      const __m256i c = U8Correction(sum);
+      i0 = _mm256_add_epi32(i0, c);
+      i1 = _mm256_add_epi32(i1, c);
+      i2 = _mm256_add_epi32(i2, c);
+      i3 = _mm256_add_epi32(i3, c);
+    }
+    __m256 d, m;
+    GroupScales(geo, b0, 0, &d, &m);
+    acc[0] = AccumulateGroup(acc[0], i0, d, m, s, sum);
+    GroupScales(geo, b0, 1, &d, &m);
+    acc[1] = AccumulateGroup(acc[1], i1, d, m, s, sum);
+    GroupScales(geo, b1, 0, &d, &m);
+    acc[2] = AccumulateGroup(acc[2], i2, d, m, s, sum);
+    GroupScales(geo, b1, 1, &d, &m);
+    acc[3] = AccumulateGroup(acc[3], i3, d, m, s, sum);
+  }
+  for (int i = 0; i < 4; ++i) out[i] = acc[i];
+}
+
+template <bool kU4>
+void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
+                  int64_t t, int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  const int64_t rows = w.layout.rows;
+  int64_t p = panel_begin;
+  for (; p + 2 <= panel_end; p += 2) {
+    __m256 r[4];
+    DecodeTwoPanels<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes,
+                         w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t, r);
+    if (out.epilogue == Epilogue::kSwiGlu) {  // (gate, up) pair
+      float* y = out.y + t * out.ld + (p / 2) * 16;
+      _mm256_storeu_ps(y, _mm256_mul_ps(Silu(r[0]), r[2]));
+      _mm256_storeu_ps(y + 8, _mm256_mul_ps(Silu(r[1]), r[3]));
+    } else {
+      for (int i = 0; i < 4; ++i) StoreHalf(out, t, p * 16 + 8 * i, rows, r[i]);
+    }
+  }
+  // An odd count (never kSwiGlu, whose ranges cover whole pairs).
+  if (p < panel_end) PanelRange<kU4>(w, geo, a, t, t + 1, p, panel_end, out);
+}
+
+template <bool kU4>
+void Gemm(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
+          int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  if (a.n_tokens == 1) {
+    DecodePanels<kU4>(w, geo, a, 0, panel_begin, panel_end, out);
+  } else {
+    PanelRange<kU4>(w, geo, a, 0, a.n_tokens, panel_begin, panel_end, out);
+  }
+}
+
+}  // namespace
+
+void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                int64_t panel_end, const GemmOut& out) {
+  const PanelGeometry geo = Geometry(w.layout);
+  if (geo.u4) {
+    Gemm<true>(w, geo, a, panel_begin, panel_end, out);
+  } else {
+    Gemm<false>(w, geo, a, panel_begin, panel_end, out);
+  }
+}
+
+}  // namespace avx2
+}  // namespace pocket
