@@ -11,6 +11,8 @@ packages=(
   python3 python3-numpy                            # the independent numpy reference
   clang libclang-rt-14-dev                         # libFuzzer targets
   clang-format                                     # the style check in the suite
+  g++-aarch64-linux-gnu qemu-user googletest       # ARM64 kernels: cross build (GoogleTest from
+                                                   # its sources), tests under QEMU
 )
 missing=()
 for p in "${packages[@]}"; do

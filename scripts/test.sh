@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run): setup, then
 #   1. release build + every test (unit, end-to-end against the numpy reference, C API),
-#   2. debug build with AddressSanitizer + UndefinedBehaviorSanitizer + every test,
-#   3. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
+#   2. ARM64 cross build (base, quant, kernels) + their tests under qemu-aarch64 -cpu max, where
+#      every kernel table runs (reference, neon, dotprod, i8mm),
+#   3. debug build with AddressSanitizer + UndefinedBehaviorSanitizer + every test,
+#   4. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
 # Environment: POCKET_FUZZ_SECONDS (default 60 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,6 +19,12 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 step "release tests"
 ctest --preset release -j "$jobs" --timeout 1800
+
+step "aarch64 cross build (base, quant, kernels)"
+cmake --preset aarch64 >/dev/null
+cmake --build --preset aarch64 -j "$jobs"
+step "aarch64 tests (qemu-aarch64: reference, neon, dotprod, i8mm tables)"
+ctest --preset aarch64 -j "$jobs" --timeout 1800
 
 if [ "${POCKET_SKIP_DEBUG:-0}" != 1 ]; then
   step "debug build (ASan + UBSan)"
