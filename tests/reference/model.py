@@ -1,7 +1,7 @@
 """Reference forward pass (full recompute, no KV cache) for llama / qwen2 / qwen3 decoders.
 
-Sources: GGUF files, Hugging Face safetensors directories, llama2.c checkpoints. Each loader maps
-its own names and conventions onto one Config and one set of canonical weight names:
+Sources: GGUF files, .pocket packages, Hugging Face safetensors directories, llama2.c checkpoints.
+Each loader maps its own names and conventions onto one Config and one set of canonical weight names:
 
     token_embd [vocab, d_model]   output_norm [d_model]   output [vocab, d_model]
     L.attn_norm [d_model]  L.wq [n_heads*head_dim, d_model]  L.wk, L.wv [n_kv_heads*head_dim, d_model]
@@ -18,6 +18,7 @@ import numpy as np
 
 import gguf
 import llama2c
+import pocket_io
 import safetensors_io
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
@@ -209,14 +210,17 @@ def detect_format(path):
     if os.path.isdir(path):
         return "hf"
     with open(path, "rb") as f:
-        magic = f.read(4)
+        head = f.read(8)
+    magic = head[:4]
+    if head == pocket_io.MAGIC:
+        return "pocket"
     if magic == gguf.GGUF_MAGIC:
         return "gguf"
     if llama2c.is_llama2c_checkpoint(path):
         return "llama2c"
     if magic == b"ak42":
         raise ValueError(f"{path}: llama2.c version 1/2 export; only legacy (version 0) is supported")
-    raise ValueError(f"{path}: not a GGUF file, HF directory or llama2.c checkpoint")
+    raise ValueError(f"{path}: not a GGUF file, .pocket package, HF directory or llama2.c checkpoint")
 
 
 def load_model(path, tokenizer_path=None):
@@ -225,6 +229,8 @@ def load_model(path, tokenizer_path=None):
         return load_gguf(path)
     if fmt == "hf":
         return load_hf(path)
+    if fmt == "pocket":
+        return load_pocket(path)
     return load_llama2c(path, tokenizer_path)
 
 
@@ -344,4 +350,37 @@ def load_hf(directory):
         for canon, name in HF_OPTIONAL_LAYER_NAMES.items():
             if d.has(prefix + name):
                 w[f"{i}.{canon}"] = d.tensor(prefix + name)
+    return Model(cfg, w)
+
+
+def load_pocket(path, verify_data=True):
+    """A .pocket package: configuration from the meta JSON; fused attn_qkv / ffn_gate_up split."""
+    pf = pocket_io.PocketFile(path, verify_data=verify_data)
+    m = pf.meta
+    cfg = Config(
+        arch=m["architecture"], n_layers=m["n_layers"], d_model=m["d_model"], d_ff=m["d_ff"],
+        n_heads=m["n_heads"], n_kv_heads=m["n_kv_heads"], head_dim=m["head_dim"],
+        vocab_size=m["vocab_size"], rope_base=float(m["rope_base"]), rms_eps=float(m["rms_eps"]),
+        rope_style=m["rope_style"], source="pocket")
+    emb = pf.tensor("token_embd.weight")
+    w = {"token_embd": emb, "output_norm": pf.tensor("output_norm.weight")}
+    if m["tied_output"] == ("output.weight" in pf.tensors):
+        raise ValueError(f"{path}: tied_output is {m['tied_output']} but output.weight is "
+                         f"{'present' if 'output.weight' in pf.tensors else 'absent'}")
+    w["output"] = emb if m["tied_output"] else pf.tensor("output.weight")
+    flags = {"bq": "qkv_bias", "bk": "qkv_bias", "bv": "qkv_bias", "q_norm": "qk_norm",
+             "k_norm": "qk_norm"}
+    for i in range(cfg.n_layers):
+        for canon, name in GGUF_LAYER_NAMES.items():
+            a = pf.layer_tensor(i, name)
+            if a is None:
+                raise ValueError(f"{path}: missing tensor blk.{i}.{name} (nor a fused one)")
+            w[f"{i}.{canon}"] = a
+        for canon, name in GGUF_OPTIONAL_LAYER_NAMES.items():
+            a = pf.layer_tensor(i, name)
+            if (a is not None) != m[flags[canon]]:
+                raise ValueError(f"{path}: meta {flags[canon]} is {m[flags[canon]]} but "
+                                 f"blk.{i}.{name} is {'present' if a is not None else 'absent'}")
+            if a is not None:
+                w[f"{i}.{canon}"] = a
     return Model(cfg, w)

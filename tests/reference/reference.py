@@ -6,7 +6,9 @@
   reference.py dequant  MODEL TENSOR_NAME -o out.npy
   reference.py info     MODEL
 
-MODEL is a .gguf file, a Hugging Face directory (config.json + safetensors) or a llama2.c .bin.
+MODEL is a .gguf file, a .pocket package, a Hugging Face directory (config.json + safetensors) or a
+llama2.c .bin. For a .pocket, dequant also accepts the parts of the fused tensors
+(blk.N.attn_q/k/v.weight, blk.N.ffn_gate/up.weight).
 """
 
 import argparse
@@ -20,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402
 import llama2c  # noqa: E402
 import model as model_lib  # noqa: E402
+import pocket_io  # noqa: E402
 import safetensors_io  # noqa: E402
 
 
@@ -73,6 +76,8 @@ def cmd_dequant(args):
     fmt = model_lib.detect_format(args.model)
     if fmt == "gguf":
         a = gguf.GGUFReader(args.model).tensor(args.tensor)
+    elif fmt == "pocket":
+        a = pocket_io.PocketFile(args.model).logical_tensor(args.tensor)
     elif fmt == "hf":
         a = safetensors_io.HFModelDir(args.model).tensor(args.tensor)
     else:
@@ -101,6 +106,8 @@ def cmd_info(args):
         print(f"tensors ({len(r.tensors)}):")
         for t in r.tensors.values():
             print(f"  {t}")
+    elif fmt == "pocket":
+        info_pocket(args.model)
     elif fmt == "hf":
         d = safetensors_io.HFModelDir(args.model)
         print("config.json:")
@@ -123,12 +130,37 @@ def cmd_info(args):
         print(f"model config: not loadable by the reference forward: {e}")
 
 
+def info_pocket(path):
+    pf = pocket_io.PocketFile(path)
+    print(f"version: {pf.version_major}.{pf.version_minor}  file_bytes: {pf.file_bytes}  "
+          f"flags: {pf.flags:#x}  header CRC-32C: ok")
+    print(f"sections ({len(pf.sections)}):")
+    for s in pf.sections.values():
+        print(f"  {s}  crc {'ok' if pf.crc_ok(s.name) else 'MISMATCH'}")
+    print("meta:")
+    for k, v in pf.meta.items():
+        print(f"  {k} = {v!r}")
+    if pf.tokenizer is not None:
+        t = pf.tokenizer
+        print(f"tokenizer: {t}")
+        print(f"  first tokens: {t.strings[:8]}")
+        for what in ("bos", "eos", "pad", "unk"):
+            i = getattr(t, what)
+            if i >= 0:
+                print(f"  {what} {i} = {t.strings[i]!r}")
+    if pf.chat_template is not None:
+        print(f"chat_template: {len(pf.chat_template)} chars")
+    print(f"tensors ({len(pf.tensors)}):")
+    for t in pf.tensors.values():
+        print(f"  {t}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp):
-        sp.add_argument("model", help=".gguf file, HF directory or llama2.c .bin")
+        sp.add_argument("model", help=".gguf file, .pocket package, HF directory or llama2.c .bin")
         sp.add_argument("--ids", type=parse_ids, help="comma-separated token ids, e.g. 1,2,3")
         sp.add_argument("--prompt", help="text to encode with the llama2.c --tokenizer (BOS added)")
         sp.add_argument("--tokenizer", help="llama2.c tokenizer (tok512.bin)")

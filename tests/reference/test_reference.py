@@ -9,6 +9,8 @@
 (c) GGUF files written by gguf_write.py (and one built byte by byte) read back equal
 (d) synthetic models: HF safetensors vs GGUF (llama permuted RoPE, qwen2 biases, qwen3 QK-norm),
     quantized GGUF vs its dequantized F32 twin, refusals (see test_models.py)
+(e) .pocket packages built byte by byte from the spec read back exactly; corruption refused
+    (see test_pocket.py)
 """
 
 import argparse
@@ -28,6 +30,7 @@ import gguf_write  # noqa: E402
 import llama2c  # noqa: E402
 import model as model_lib  # noqa: E402
 import test_models  # noqa: E402
+import test_pocket  # noqa: E402
 
 DEFAULT_TESTDATA = os.environ.get("POCKET_TESTDATA") or os.path.normpath(
     os.path.join(HERE, "..", "..", "..", "shared", "testdata"))
@@ -277,7 +280,8 @@ def main():
     sections = [("stories260K", lambda tmp: test_stories260k(args.testdata)),
                 ("dequantization", lambda tmp: test_dequant_blocks()),
                 ("GGUF files", test_gguf_files),
-                ("synthetic models", lambda tmp: test_models.run_all(tmp, check))]
+                ("synthetic models", lambda tmp: test_models.run_all(tmp, check)),
+                (".pocket packages", lambda tmp: test_pocket.run_all(tmp, check))]
     with tempfile.TemporaryDirectory() as tmp:
         for title, fn in sections:
             print(f"== {title}")
