@@ -79,16 +79,21 @@ inline __m256 AccumulateGroup(__m256 acc, __m256i iacc, __m256 d, __m256 m, floa
   return _mm256_fmadd_ps(_mm256_set1_ps(s), v, acc);
 }
 
-// 128 * S as an int32 vector: the correction of the kU8 sign trick (S = the group's exact sum of
-// activations, stored as a float).
-inline __m256i U8Correction(float sum) {
-  return _mm256_set1_epi32(static_cast<int32_t>(sum) * 128);
+// 128 * S in every lane: the correction of the kU8 sign trick, where the integer sum starts
+// (S = the group's exact sum of activations, stored as an integral float; |128 S| < 2^31).
+// kU4 sums start at zero.
+template <bool kU4>
+inline __m256i InitialSum(const float* sum) {
+  if constexpr (kU4) return _mm256_setzero_si256();
+  return _mm256_slli_epi32(_mm256_cvttps_epi32(_mm256_broadcast_ss(sum)), 7);
 }
 
 // Half `half` (rows 8 half .. 8 half + 7) of one panel for kTokens tokens from t0: acc[t].
-template <bool kU4, int kTokens>
+// kGroup: the group size when known at compile time (32: every GGUF layout), else 0.
+template <bool kU4, int kTokens, int kGroup>
 inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
                       const QuantizedRows& a, int64_t t0, __m256* acc) {
+  const int32_t group = kGroup != 0 ? kGroup : geo.group;
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* aq[kTokens];
 #pragma GCC unroll 8
@@ -99,17 +104,19 @@ inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
   for (int64_t g = 0; g < geo.n_groups; ++g) {
     const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
     const uint8_t* codes = block + 32 * half;
-    const int64_t col0 = g * geo.group;
+    const int64_t col0 = g * group;
     __m256i iacc[kTokens];
 #pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) iacc[t] = _mm256_setzero_si256();
+    for (int t = 0; t < kTokens; ++t)
+      iacc[t] = InitialSum<kU4>(a.sum + (t0 + t) * geo.n_groups + g);
     if constexpr (kU4) {
       const __m256i nib = _mm256_set1_epi8(0x0f);
-      const int32_t nvec = geo.group / 8;  // vectors per group; each holds quads i and i + nvec
+      const int32_t nvec = group / 8;  // vectors per group; each holds quads i and i + nvec
       for (int32_t i0 = 0; i0 < nvec; i0 += 4) {
         __m256i acc16[kTokens];
 #pragma GCC unroll 8
         for (int t = 0; t < kTokens; ++t) acc16[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int32_t i = i0; i < i0 + 4; ++i) {
           const __m256i v = Load256(codes + 64 * i);
           const __m256i lo = _mm256_and_si256(v, nib);
@@ -128,7 +135,8 @@ inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
       }
     } else {
       const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-      const int32_t quads = geo.group / 4;
+      const int32_t quads = group / 4;
+#pragma GCC unroll 2
       for (int32_t i = 0; i < quads; ++i) {
         const __m256i w = _mm256_xor_si256(Load256(codes + 64 * i), flip);
         const __m256i abs_w = _mm256_abs_epi8(w);
@@ -143,7 +151,6 @@ inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
       const int64_t idx = (t0 + t) * geo.n_groups + g;
-      if constexpr (!kU4) iacc[t] = _mm256_add_epi32(iacc[t], U8Correction(a.sum[idx]));
       acc[t] = AccumulateGroup(acc[t], iacc[t], d, m, a.scale[idx], a.sum[idx]);
     }
   }
@@ -160,7 +167,7 @@ inline void StoreHalf(const GemmOut& out, int64_t t, int64_t row0, int64_t rows,
 
 // Panels [panel_begin, panel_end), tokens [t_begin, t_end): panel by panel, so a panel's weights
 // stay in cache while every block of kTokens tokens passes over them.
-template <bool kU4>
+template <bool kU4, int kGroup>
 void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
                 int64_t t_begin, int64_t t_end, int64_t panel_begin, int64_t panel_end,
                 const GemmOut& out) {
@@ -175,10 +182,10 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
     auto run = [&]<int kTokens>() {
       for (int half = 0; half < 2; ++half) {
         __m256 acc[kTokens];
-        PanelHalf<kU4, kTokens>(geo, panel, half, a, t, acc);
+        PanelHalf<kU4, kTokens, kGroup>(geo, panel, half, a, t, acc);
         if (swiglu) {
           __m256 up[kTokens];
-          PanelHalf<kU4, kTokens>(geo, up_panel, half, a, t, up);
+          PanelHalf<kU4, kTokens, kGroup>(geo, up_panel, half, a, t, up);
 #pragma GCC unroll 8
           for (int j = 0; j < kTokens; ++j) {
             _mm256_storeu_ps(out.y + (t + j) * out.ld + (p / 2) * 16 + 8 * half,
@@ -215,7 +222,8 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
     const uint8_t* b1 = p1 + static_cast<size_t>(g) * geo.group_bytes;
     const int8_t* ag = aq + g * geo.group;
     // [panel 0 rows 0-7, panel 0 rows 8-15, panel 1 rows 0-7, panel 1 rows 8-15]
-    __m256i i0 = _mm256_setzero_si256(), i1 = i0, i2 = i0, i3 = i0;
+    const int64_t idx = t * geo.n_groups + g;
+    __m256i i0 = InitialSum<kU4>(a.sum + idx), i1 = i0, i2 = i0, i3 = i0;
     if constexpr (kU4) {
       const __m256i nib = _mm256_set1_epi8(0x0f);
       const int32_t nvec = geo.group / 8;
@@ -262,15 +270,7 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
         i3 = _mm256_add_epi32(i3, DotU8(_mm256_abs_epi8(w3), w3, av, ones));
       }
     }
-    const int64_t idx = t * geo.n_groups + g;
     const float s = a.scale[idx], sum = a.sum[idx];
-    if constexpr (!kU4) {
-      const __m256i c = U8Correction(sum);
-      i0 = _mm256_add_epi32(i0, c);
-      i1 = _mm256_add_epi32(i1, c);
-      i2 = _mm256_add_epi32(i2, c);
-      i3 = _mm256_add_epi32(i3, c);
-    }
     __m256 d, m;
     GroupScales(geo, b0, 0, &d, &m);
     acc[0] = AccumulateGroup(acc[0], i0, d, m, s, sum);
@@ -302,7 +302,7 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
     }
   }
   // An odd count (never kSwiGlu, whose ranges cover whole pairs).
-  if (p < panel_end) PanelRange<kU4>(w, geo, a, t, t + 1, p, panel_end, out);
+  if (p < panel_end) PanelRange<kU4, 0>(w, geo, a, t, t + 1, p, panel_end, out);
 }
 
 template <bool kU4>
@@ -310,8 +310,10 @@ void Gemm(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& 
           int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
   if (a.n_tokens == 1) {
     DecodePanels<kU4>(w, geo, a, 0, panel_begin, panel_end, out);
+  } else if (geo.group == 32) {
+    PanelRange<kU4, 32>(w, geo, a, 0, a.n_tokens, panel_begin, panel_end, out);
   } else {
-    PanelRange<kU4>(w, geo, a, 0, a.n_tokens, panel_begin, panel_end, out);
+    PanelRange<kU4, 0>(w, geo, a, 0, a.n_tokens, panel_begin, panel_end, out);
   }
 }
 
