@@ -28,6 +28,8 @@ Command AddLogitsCommand(CLI::App& root);
 Command AddInfoCommand(CLI::App& root);
 Command AddMakeModelCommand(CLI::App& root);
 Command AddBenchCommand(CLI::App& root);
+Command AddConvertCommand(CLI::App& root);
+Command AddVerifyCommand(CLI::App& root);
 
 // Prints "pocket: error: <message>" to stderr and returns 1.
 int ReportError(const Status& status);

@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   std::vector<Command> commands = {
-      AddRunCommand(app),  AddChatCommand(app),      AddTokenizeCommand(app), AddLogitsCommand(app),
-      AddInfoCommand(app), AddMakeModelCommand(app), AddBenchCommand(app)};
+      AddRunCommand(app),    AddChatCommand(app),    AddTokenizeCommand(app),
+      AddLogitsCommand(app), AddInfoCommand(app),    AddMakeModelCommand(app),
+      AddBenchCommand(app),  AddConvertCommand(app), AddVerifyCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

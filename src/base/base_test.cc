@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/byte_reader.h"
+#include "base/crc32c.h"
 #include "base/float16.h"
 #include "base/mapped_file.h"
 #include "base/output_file.h"
@@ -32,6 +33,18 @@ TEST(StatusTest, ValuesAndMessages) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.ToString(), "InvalidArgument: odd value 3");
   EXPECT_EQ(s.WithContext("file.gguf").message(), "file.gguf: odd value 3");
+}
+
+TEST(Crc32cTest, KnownVectorsAndChaining) {
+  // RFC 3720 test vectors.
+  EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);
+  const uint8_t zeros[32] = {};
+  EXPECT_EQ(Crc32c(zeros, 32), 0x8a9136aau);
+  uint8_t ones[32];
+  for (uint8_t& b : ones) b = 0xff;
+  EXPECT_EQ(Crc32c(ones, 32), 0x62a8ab43u);
+  const char* text = "The quick brown fox jumps over the lazy dog";
+  EXPECT_EQ(Crc32c(text + 10, 33, Crc32c(text, 10)), Crc32c(text, 43));
 }
 
 TEST(Float16Test, RoundTripsEveryHalf) {

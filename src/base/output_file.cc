@@ -85,6 +85,25 @@ Status OutputFile::Write(const void* data, size_t n_bytes) {
   return Status::Ok();
 }
 
+Status OutputFile::WriteAt(uint64_t offset, const void* data, size_t n_bytes) {
+  if (fd_ < 0) return FailedPreconditionError("output file ", path_, " is closed");
+  if (offset + n_bytes > bytes_written_) {
+    return InternalError("WriteAt past the written end of ", tmp_path_);
+  }
+  const char* p = static_cast<const char*>(data);
+  while (n_bytes > 0) {
+    ssize_t n = ::pwrite(fd_, p, n_bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError("cannot write ", tmp_path_, ": ", std::strerror(errno));
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    n_bytes -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status OutputFile::WriteZeros(size_t n_bytes) {
   static const char kZeros[256] = {};
   while (n_bytes > 0) {

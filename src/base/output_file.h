@@ -24,6 +24,8 @@ class OutputFile {
   ~OutputFile();
 
   Status Write(const void* data, size_t n_bytes);
+  // Overwrites bytes already written (headers whose checksums are known only at the end).
+  Status WriteAt(uint64_t offset, const void* data, size_t n_bytes);
   Status WriteZeros(size_t n_bytes);
   uint64_t bytes_written() const { return bytes_written_; }
   // Flushes, closes and renames into place.

@@ -14,6 +14,8 @@ std::string_view SourceKindName(SourceKind kind) {
       return "huggingface";
     case SourceKind::kLlama2c:
       return "llama2.c";
+    case SourceKind::kPocket:
+      return "pocket";
   }
   return "unknown";
 }
@@ -36,6 +38,11 @@ StatusOr<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path
     POCKET_ASSIGN_OR_RETURN(src->gguf_, GgufFile::Open(path));
     src->kind_ = SourceKind::kGguf;
     src->tensors_ = &src->gguf_->tensors();
+  } else if (PocketFile::LooksLikePocket(probe->data(), probe->size())) {
+    probe.reset();
+    POCKET_ASSIGN_OR_RETURN(src->pocket_, PocketFile::Open(path));
+    src->kind_ = SourceKind::kPocket;
+    src->tensors_ = &src->pocket_->tensors();
   } else if (Llama2cCheckpoint::LooksLikeLlama2c(probe->data(), probe->size())) {
     probe.reset();
     POCKET_ASSIGN_OR_RETURN(src->llama2c_, Llama2cCheckpoint::Open(path));
@@ -45,7 +52,8 @@ StatusOr<std::unique_ptr<ModelSource>> ModelSource::Open(const std::string& path
     return InvalidArgumentError(
         path, ": not a model file pocket knows (first bytes ",
         QuoteBytes(probe->bytes().substr(0, 8)),
-        "); expected a GGUF file, a Hugging Face directory or a llama2.c checkpoint");
+        "); expected a .pocket package, a GGUF file, a Hugging Face directory or a llama2.c "
+        "checkpoint");
   }
   src->Index();
   return src;

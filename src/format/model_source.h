@@ -12,10 +12,11 @@
 #include "format/gguf.h"
 #include "format/hf_directory.h"
 #include "format/llama2c.h"
+#include "format/pocket_file.h"
 
 namespace pocket {
 
-enum class SourceKind { kGguf, kHfDirectory, kLlama2c };
+enum class SourceKind { kGguf, kHfDirectory, kLlama2c, kPocket };
 
 std::string_view SourceKindName(SourceKind kind);
 
@@ -33,6 +34,7 @@ class ModelSource {
   const GgufFile* gguf() const { return gguf_.get(); }
   const HfDirectory* hf() const { return hf_.get(); }
   const Llama2cCheckpoint* llama2c() const { return llama2c_.get(); }
+  const PocketFile* pocket() const { return pocket_.get(); }
 
  private:
   ModelSource() = default;
@@ -43,6 +45,7 @@ class ModelSource {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<HfDirectory> hf_;
   std::unique_ptr<Llama2cCheckpoint> llama2c_;
+  std::unique_ptr<PocketFile> pocket_;
   const std::vector<TensorInfo>* tensors_ = nullptr;
   std::unordered_map<std::string, size_t> by_name_;
 };

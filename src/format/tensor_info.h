@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "quant/dtype.h"
+#include "quant/packed.h"
 
 namespace pocket {
 
@@ -20,6 +21,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t n_bytes = 0;
+  // .pocket packages also hold matrices in the packed integer layout (quant/packed.h); then
+  // `layout` describes them and `type` is meaningless.
+  bool packed = false;
+  PackedLayout layout;
 
   int64_t n_elements() const {
     int64_t n = 1;

@@ -56,7 +56,9 @@ struct GemmOut {
 
 // KV cache storage of one layer and KV head. K is blocked by 16 positions and transposed inside a
 // block ([n_ctx / 16][head_dim][16]) so 16 scores come from one pass over the block; V is
-// row-major ([n_ctx][head_dim]). kQ8 keeps one f32 scale per position for K and for V.
+// row-major ([n_ctx][head_dim]). kQ8 keeps one f32 scale per position for K and for V. The cache
+// is allocated for a multiple of 16 positions, so kernels may read whole blocks (and whole
+// 16-entry scale runs) past the last valid position; those values are masked out.
 enum class KvType : uint8_t { kF32 = 0, kF16 = 1, kQ8 = 2 };
 std::string_view KvTypeName(KvType type);
 bool ParseKvType(std::string_view name, KvType* out);

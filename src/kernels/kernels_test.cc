@@ -108,6 +108,31 @@ TEST_P(KernelsTest, PackedGemmIsBitExact) {
   }
 }
 
+TEST_P(KernelsTest, PackedGemmPartialLastPanelAndManyTokens) {
+  const KernelTable& k = *GetParam();
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    const int64_t rows = 70, cols = 256, n_tokens = 69;  // 5 panels, the last with 6 rows
+    RandomPacked w(codes, 64, rows, cols, 77, codes == PackedCodes::kU4);
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 78);
+    Quantized a(n_tokens, cols, 64);
+    reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+    std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 79), got = want;
+    reference::PackedGemm(w.m, a.rows, 0, 5, {want.data(), rows, Epilogue::kAccumulate});
+    k.packed_gemm(w.m, a.rows, 0, 5, {got.data(), rows, Epilogue::kAccumulate});
+    ASSERT_EQ(want, got) << k.name << " codes " << int(codes);
+  }
+}
+
+TEST_P(KernelsTest, StreamReadSeesEveryByte) {
+  const KernelTable& k = *GetParam();
+  for (size_t n : {size_t{64}, size_t{320}, size_t{4096 + 192}}) {
+    std::vector<uint8_t> buf(n, 7);
+    const uint64_t a = k.stream_read(buf.data(), n);
+    buf[n - 1] ^= 0x5a;
+    EXPECT_NE(a, k.stream_read(buf.data(), n)) << k.name << " ignores the last byte of " << n;
+  }
+}
+
 TEST_P(KernelsTest, PackedGemmSwiGluWithinTolerance) {
   const KernelTable& k = *GetParam();
   const int64_t rows = 128, cols = 256, n_tokens = 20;

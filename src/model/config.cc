@@ -3,6 +3,7 @@
 #include "format/gguf.h"
 #include "format/hf_directory.h"
 #include "format/llama2c.h"
+#include "format/pocket_file.h"
 
 namespace pocket {
 namespace {
@@ -237,6 +238,66 @@ StatusOr<ModelConfig> ConfigFromLlama2c(const Llama2cHeader& h) {
   c.rope_style = RopeStyle::kInterleaved;
   c.tied_output = h.shared_classifier;
   POCKET_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+StatusOr<ModelConfig> ConfigFromPocket(const PocketFile& pocket) {
+  const std::string name = pocket.name() + " (meta)";
+  ModelConfig c;
+  const ConfigValue* arch = pocket.Find("architecture");
+  if (arch == nullptr || arch->kind != ConfigValue::Kind::kString ||
+      !ParseArchitecture(arch->s, &c.arch)) {
+    return UnimplementedError(name, ": architecture ", arch ? arch->json : "(missing)",
+                              " is not supported (supported: llama, qwen2, qwen3)");
+  }
+  auto get_int = [&](const char* key, int32_t* out) -> Status {
+    const ConfigValue* v = pocket.Find(key);
+    if (v == nullptr || v->kind != ConfigValue::Kind::kInt) {
+      return InvalidArgumentError(name, ": ", key, " is ", v ? v->json : "missing",
+                                  ", expected an integer");
+    }
+    *out = ToInt32(v->i);
+    return Status::Ok();
+  };
+  auto get_float = [&](const char* key, float* out) -> Status {
+    const ConfigValue* v = pocket.Find(key);
+    if (v == nullptr ||
+        (v->kind != ConfigValue::Kind::kInt && v->kind != ConfigValue::Kind::kFloat)) {
+      return InvalidArgumentError(name, ": ", key, " is ", v ? v->json : "missing",
+                                  ", expected a number");
+    }
+    *out = static_cast<float>(v->f);
+    return Status::Ok();
+  };
+  auto get_bool = [&](const char* key, bool* out) -> Status {
+    const ConfigValue* v = pocket.Find(key);
+    if (v == nullptr || v->kind != ConfigValue::Kind::kBool) {
+      return InvalidArgumentError(name, ": ", key, " is ", v ? v->json : "missing",
+                                  ", expected true or false");
+    }
+    *out = v->b;
+    return Status::Ok();
+  };
+  POCKET_RETURN_IF_ERROR(get_int("n_layers", &c.n_layers));
+  POCKET_RETURN_IF_ERROR(get_int("d_model", &c.d_model));
+  POCKET_RETURN_IF_ERROR(get_int("n_heads", &c.n_heads));
+  POCKET_RETURN_IF_ERROR(get_int("n_kv_heads", &c.n_kv_heads));
+  POCKET_RETURN_IF_ERROR(get_int("head_dim", &c.head_dim));
+  POCKET_RETURN_IF_ERROR(get_int("d_ff", &c.d_ff));
+  POCKET_RETURN_IF_ERROR(get_int("vocab_size", &c.vocab_size));
+  POCKET_RETURN_IF_ERROR(get_int("n_ctx_train", &c.n_ctx_train));
+  POCKET_RETURN_IF_ERROR(get_float("rope_base", &c.rope_base));
+  POCKET_RETURN_IF_ERROR(get_float("rms_eps", &c.rms_eps));
+  POCKET_RETURN_IF_ERROR(get_bool("qk_norm", &c.qk_norm));
+  POCKET_RETURN_IF_ERROR(get_bool("qkv_bias", &c.qkv_bias));
+  POCKET_RETURN_IF_ERROR(get_bool("tied_output", &c.tied_output));
+  const ConfigValue* style = pocket.Find("rope_style");
+  if (style == nullptr || style->kind != ConfigValue::Kind::kString ||
+      (style->s != "neox" && style->s != "interleaved")) {
+    return InvalidArgumentError(name, ": rope_style must be \"neox\" or \"interleaved\"");
+  }
+  c.rope_style = style->s == "neox" ? RopeStyle::kNeox : RopeStyle::kInterleaved;
+  POCKET_RETURN_IF_ERROR(c.Validate().WithContext(name));
   return c;
 }
 

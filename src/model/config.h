@@ -12,6 +12,7 @@ namespace pocket {
 
 class GgufFile;
 class HfDirectory;
+class PocketFile;
 struct Llama2cHeader;
 
 enum class Architecture { kLlama, kQwen2, kQwen3 };
@@ -54,5 +55,6 @@ struct ModelConfig {
 StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& gguf);
 StatusOr<ModelConfig> ConfigFromHf(const HfDirectory& hf);
 StatusOr<ModelConfig> ConfigFromLlama2c(const Llama2cHeader& header);
+StatusOr<ModelConfig> ConfigFromPocket(const PocketFile& pocket);
 
 }  // namespace pocket

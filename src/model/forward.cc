@@ -106,9 +106,9 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
     Project(p, l.qkv, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
   } else {
     Project(p, l.wq, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
-    // The dense path normalized x into xn already; reuse it for k and v.
-    Project(p, l.wk, p.s.xn, d, nullptr, {qkv + qd, ld, Epilogue::kStore});
-    Project(p, l.wv, p.s.xn, d, nullptr, {qkv + qd + kvd, ld, Epilogue::kStore});
+    // Each matrix normalizes its own input (cheap next to the matrix), whatever its encoding.
+    Project(p, l.wk, p.s.x, d, l.attn_norm, {qkv + qd, ld, Epilogue::kStore});
+    Project(p, l.wv, p.s.x, d, l.attn_norm, {qkv + qd + kvd, ld, Epilogue::kStore});
   }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
   const int32_t half = c.head_dim / 2;
@@ -172,7 +172,7 @@ void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
     Project(p, l.gate_up, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kSwiGlu});
   } else {
     Project(p, l.w_gate, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kStore});
-    Project(p, l.w_up, p.s.xn, d, nullptr, {p.s.up, ff, Epilogue::kStore});
+    Project(p, l.w_up, p.s.x, d, l.ffn_norm, {p.s.up, ff, Epilogue::kStore});
     p.pool.ParallelFor(p.n_tokens, [&](int64_t b, int64_t e, int) {
       p.k.silu_mul(p.s.gate + b * ff, p.s.up + b * ff, (e - b) * ff, p.s.gate + b * ff);
     });
@@ -213,8 +213,13 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
 
 }  // namespace
 
-StatusOr<ForwardScratch> ForwardScratch::Create(const ModelConfig& c, int32_t max_batch,
+StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_batch,
                                                 int32_t n_threads) {
+  const ModelConfig& c = model.config();
+  bool dense = !model.weights().output.packed;
+  for (const LayerWeights& l : model.weights().layers) {
+    dense |= !l.qkv.present() || !l.gate_up.present() || !l.wo.packed || !l.w_down.packed;
+  }
   if (max_batch <= 0) return InvalidArgumentError("batch size must be positive, got ", max_batch);
   if (n_threads <= 0) return InvalidArgumentError("thread count must be positive, got ", n_threads);
   ForwardScratch s;
@@ -230,11 +235,11 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const ModelConfig& c, int32_t ma
   // Byte sizes of every slice, each rounded up to 64 bytes.
   const size_t sizes[] = {
       b * d * 4,
-      b * max_cols * 4,
+      dense ? b * std::max(d, qd) * 4 : 0,
       b * (qd + 2 * kvd) * 4,
       b * qd * 4,
       b * ff * 4,
-      b * ff * 4,
+      dense ? b * ff * 4 : 0,
       b * max_cols,  // int8 activations
       b * (max_cols / 32) * 4,
       b * (max_cols / 32) * 4,

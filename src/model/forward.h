@@ -20,8 +20,8 @@ namespace pocket {
 // session: nothing on the decode path allocates.
 class ForwardScratch {
  public:
-  static StatusOr<ForwardScratch> Create(const ModelConfig& config, int32_t max_batch,
-                                         int32_t n_threads);
+  // Buffers only the dense (float) path needs are left out when every matrix is packed.
+  static StatusOr<ForwardScratch> Create(const Model& model, int32_t max_batch, int32_t n_threads);
   int32_t max_batch() const { return max_batch_; }
   size_t bytes() const { return bytes_; }
 

@@ -4,6 +4,7 @@
 
 #include "base/timer.h"
 #include "kernels/select.h"
+#include "tokenizer/spec_io.h"
 
 namespace pocket {
 namespace {
@@ -31,6 +32,10 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
       POCKET_ASSIGN_OR_RETURN(m->config_, ConfigFromHf(*src.hf()));
       break;
     }
+    case SourceKind::kPocket: {
+      POCKET_ASSIGN_OR_RETURN(m->config_, ConfigFromPocket(*src.pocket()));
+      break;
+    }
     case SourceKind::kLlama2c: {
       auto config = ConfigFromLlama2c(src.llama2c()->header());
       if (!config.ok()) return config.status().WithContext(path);
@@ -48,6 +53,13 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
                             LoadTokenizerFile(options.tokenizer_path, m->config_.vocab_size));
   } else if (src.kind() == SourceKind::kGguf && src.gguf()->Find("tokenizer.ggml.model")) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_, TokenizerFromGguf(*src.gguf()));
+  } else if (src.kind() == SourceKind::kPocket && !src.pocket()->Section("tokenizer").empty()) {
+    POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec,
+                            DeserializeTokenizerSpec(src.pocket()->Section("tokenizer"), path));
+    spec.chat_template = std::string(src.pocket()->Section("chat_template"));
+    auto tok = Tokenizer::FromSpec(std::move(spec));
+    if (!tok.ok()) return tok.status().WithContext(path);
+    m->tokenizer_ = *tok;
   } else if (src.kind() == SourceKind::kHfDirectory && !src.hf()->tokenizer_json_path().empty()) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_,
                             Tokenizer::FromHfJsonFile(src.hf()->tokenizer_json_path()));

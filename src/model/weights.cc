@@ -68,8 +68,23 @@ class Binder {
     return t;
   }
 
+  bool Has(const std::string& canonical) const {
+    return source_.FindTensor(source_.kind() == SourceKind::kHfDirectory ? HfTensorName(canonical)
+                                                                         : canonical) != nullptr;
+  }
+
   Status Matrix(const std::string& canonical, int64_t rows, int64_t cols, Linear* out) {
     POCKET_ASSIGN_OR_RETURN(const TensorInfo* t, Find(canonical));
+    if (t->packed) {
+      if (t->layout.rows != rows || t->layout.cols != cols) {
+        return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
+                                    ShapeString({rows, cols}), ", file has ",
+                                    ShapeString({t->layout.rows, t->layout.cols}));
+      }
+      out->packed = true;
+      out->p = PackedMatrix{t->layout, t->data};
+      return Status::Ok();
+    }
     if (t->shape != std::vector<int64_t>{rows, cols}) {
       return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
                                   ShapeString({rows, cols}), ", file has ", ShapeString(t->shape));
@@ -85,7 +100,7 @@ class Binder {
       return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
                                   ShapeString({n}), ", file has ", ShapeString(t->shape));
     }
-    if (!IsBlockAligned(t->type, n)) {
+    if (t->packed || !IsBlockAligned(t->type, n)) {
       return InvalidArgumentError(source_.path(), ": tensor ", t->name, " of ", n,
                                   " elements cannot be ", DTypeName(t->type));
     }
@@ -256,9 +271,17 @@ StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig&
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     auto name = [i](const char* suffix) { return StrCat("blk.", i, ".", suffix); };
     POCKET_RETURN_IF_ERROR(b.Vector(name("attn_norm.weight"), d, &l.attn_norm));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_q.weight"), q, d, &l.wq));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_k.weight"), kv, d, &l.wk));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_v.weight"), kv, d, &l.wv));
+    // Packages store Q/K/V fused (rows q | k | v) and gate/up as interleaved panel pairs.
+    if (b.Has(name("attn_qkv.weight"))) {
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_qkv.weight"), q + 2 * kv, d, &l.qkv));
+      if (!l.qkv.packed)
+        return InvalidArgumentError(source.path(), ": ", name("attn_qkv.weight"),
+                                    " must be packed");
+    } else {
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_q.weight"), q, d, &l.wq));
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_k.weight"), kv, d, &l.wk));
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_v.weight"), kv, d, &l.wv));
+    }
     if (c.qkv_bias) {
       POCKET_RETURN_IF_ERROR(b.Vector(name("attn_q.bias"), q, &l.bq));
       POCKET_RETURN_IF_ERROR(b.Vector(name("attn_k.bias"), kv, &l.bk));
@@ -270,8 +293,16 @@ StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig&
     }
     POCKET_RETURN_IF_ERROR(b.Matrix(name("attn_output.weight"), d, q, &l.wo));
     POCKET_RETURN_IF_ERROR(b.Vector(name("ffn_norm.weight"), d, &l.ffn_norm));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_gate.weight"), ff, d, &l.w_gate));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_up.weight"), ff, d, &l.w_up));
+    if (b.Has(name("ffn_gate_up.weight"))) {
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_gate_up.weight"), 2 * ff, d, &l.gate_up));
+      if (!l.gate_up.packed || ff % kPanelRows != 0) {
+        return InvalidArgumentError(source.path(), ": ", name("ffn_gate_up.weight"),
+                                    " must be packed with whole panels");
+      }
+    } else {
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_gate.weight"), ff, d, &l.w_gate));
+      POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_up.weight"), ff, d, &l.w_up));
+    }
     POCKET_RETURN_IF_ERROR(b.Matrix(name("ffn_down.weight"), d, ff, &l.w_down));
   }
 

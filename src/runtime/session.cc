@@ -43,7 +43,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
           ? options.n_threads
           : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
   POCKET_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(c, n_ctx, options.kv_type));
-  POCKET_ASSIGN_OR_RETURN(ForwardScratch scratch, ForwardScratch::Create(c, n_batch, n_threads));
+  POCKET_ASSIGN_OR_RETURN(ForwardScratch scratch,
+                          ForwardScratch::Create(*model, n_batch, n_threads));
   return std::unique_ptr<Session>(
       new Session(std::move(model), std::move(kv), std::move(scratch), n_batch, n_threads));
 }

@@ -6,6 +6,7 @@
 
 #include "base/mapped_file.h"
 #include "format/gguf_writer.h"
+#include "format/pocket_file.h"
 #include "format/safetensors.h"
 #include "quant/quantize.h"
 
@@ -61,5 +62,19 @@ int main(int argc, char** argv) {
 "end_of_word_suffix":"","fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
 "vocab":{"a":0,"b":1,"ab":2,"Ġ":3,"Ġab":4},"merges":[["a","b"],["Ġ","ab"]]}})";
   if (!WriteFileAtomically(dir + "/seed.json", tokenizer).ok()) return 1;
+
+  PocketWriter p;
+  p.SetMetadataJson(R"({"format": "pocket", "architecture": "qwen3"})");
+  p.AddSection("chat_template", "{{ x }}");
+  if (!p.AddDenseTensor("norm", DType::kF32, {8}, fill(DType::kF32)).ok()) return 1;
+  if (!p.AddPackedTensor("m", PackedLayout{PackedCodes::kU4, 32, 16, 64, true},
+                         [](uint8_t* out, size_t n) {
+                           for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(i);
+                           return Status::Ok();
+                         })
+           .ok()) {
+    return 1;
+  }
+  if (!p.Write(dir + "/seed.pocket").ok()) return 1;
   return 0;
 }

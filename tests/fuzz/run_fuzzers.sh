@@ -6,13 +6,14 @@ work="$build_dir/fuzz-work"
 mkdir -p "$work/seeds"
 "$build_dir/bin/make_seeds" "$work/seeds"
 status=0
-for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz; do
+for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz; do
   corpus="$work/corpus-$target"
   mkdir -p "$corpus"
   case "$target" in
     gguf_fuzz) cp "$work/seeds/seed.gguf" "$corpus/" ;;
     safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
     tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
+    pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
   esac
   echo "fuzz: $target for ${seconds}s"
   if ! "$build_dir/bin/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \

@@ -389,6 +389,9 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
     a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(data + i + 128));
     a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(data + i + 192));
   }
+  for (size_t i = n_bytes / 256 * 256; i + 64 <= n_bytes; i += 64) {  // the tail
+    a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(data + i));
+  }
   const __m512i x = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
   return static_cast<uint64_t>(_mm512_reduce_or_epi64(x));
 }

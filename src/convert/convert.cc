@@ -1,0 +1,343 @@
+#include "convert/convert.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/float16.h"
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "format/pocket_file.h"
+#include "model/model.h"
+#include "quant/group_quantize.h"
+#include "quant/quantize.h"
+#include "tokenizer/spec_io.h"
+
+namespace pocket {
+namespace {
+
+enum class Encoding { kInt4, kInt8, kF16, kBF16, kF32 };
+
+StatusOr<Encoding> ParseEncoding(const std::string& name, const char* flag) {
+  if (name == "int4") return Encoding::kInt4;
+  if (name == "int8") return Encoding::kInt8;
+  if (name == "f16") return Encoding::kF16;
+  if (name == "bf16") return Encoding::kBF16;
+  if (name == "f32") return Encoding::kF32;
+  return InvalidArgumentError(flag, " ", QuoteBytes(name),
+                              " (expected int4, int8, f16, bf16 or f32)");
+}
+
+const char* EncodingName(Encoding e) {
+  switch (e) {
+    case Encoding::kInt4:
+      return "int4";
+    case Encoding::kInt8:
+      return "int8";
+    case Encoding::kF16:
+      return "f16";
+    case Encoding::kBF16:
+      return "bf16";
+    case Encoding::kF32:
+      return "f32";
+  }
+  return "?";
+}
+
+bool IsPacked(Encoding e) {
+  return e == Encoding::kInt4 || e == Encoding::kInt8;
+}
+
+DType DenseType(Encoding e) {
+  return e == Encoding::kF16 ? DType::kF16 : e == Encoding::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+// Row r of any matrix as floats.
+void ReadRow(const Linear& l, int64_t r, float* out) {
+  if (l.packed) {
+    DequantizePackedRow(l.p, r, out);
+  } else {
+    DequantizeRow(l.w.type, l.w.row(r), out, l.w.cols);
+  }
+}
+
+// A logical matrix made of parts: rows concatenated, or two parts with interleaved panels.
+struct Source {
+  std::vector<const Linear*> parts;
+  bool interleave = false;
+  int64_t rows() const {
+    int64_t n = 0;
+    for (const Linear* p : parts) n += p->rows();
+    return n;
+  }
+  int64_t cols() const { return parts[0]->cols(); }
+  void Row(int64_t r, float* out) const {
+    if (interleave) {
+      const int64_t panel = r / kPanelRows, lane = r % kPanelRows;
+      ReadRow(*parts[static_cast<size_t>(panel % 2)], (panel / 2) * kPanelRows + lane, out);
+      return;
+    }
+    for (const Linear* p : parts) {
+      if (r < p->rows()) {
+        ReadRow(*p, r, out);
+        return;
+      }
+      r -= p->rows();
+    }
+  }
+};
+
+class Converter {
+ public:
+  Converter(const ConvertOptions& o, ThreadPool& pool) : options_(o), pool_(pool) {}
+
+  Status AddMatrix(PocketWriter& w, const std::string& name, Source src, Encoding e,
+                   const std::string& group_name) {
+    const int64_t rows = src.rows(), cols = src.cols();
+    ConvertGroupReport& report = Report(group_name, e);
+    report.n_weights += rows * cols;
+    if (!IsPacked(e)) {
+      const DType type = DenseType(e);
+      report.bytes += RowBytes(type, cols) * static_cast<size_t>(rows);
+      return w.AddDenseTensor(name, type, {rows, cols}, [src, type, this](uint8_t* out, size_t) {
+        const int64_t n_rows = src.rows(), n_cols = src.cols();
+        const size_t row_bytes = RowBytes(type, n_cols);
+        pool_.ParallelFor(n_rows, [&](int64_t b, int64_t end, int) {
+          std::vector<float> row(static_cast<size_t>(n_cols));
+          for (int64_t r = b; r < end; ++r) {
+            src.Row(r, row.data());
+            QuantizeRow(type, row.data(), out + static_cast<size_t>(r) * row_bytes, n_cols);
+          }
+        });
+        return Status::Ok();
+      });
+    }
+    PackedLayout layout;
+    layout.codes = e == Encoding::kInt4 ? PackedCodes::kU4 : PackedCodes::kU8;
+    layout.group = options_.group;
+    layout.rows = rows;
+    layout.cols = cols;
+    layout.explicit_min = e == Encoding::kInt4;
+    if (cols % options_.group != 0) {
+      return InvalidArgumentError("tensor ", name, ": ", cols,
+                                  " columns are not a multiple of the group size ", options_.group,
+                                  " (use --group 32)");
+    }
+    if (src.interleave && (src.parts[0]->rows() % kPanelRows != 0)) {
+      return InvalidArgumentError("tensor ", name, ": ", src.parts[0]->rows(),
+                                  " rows are not a multiple of 16");
+    }
+    report.bytes += layout.total_bytes();
+    return w.AddPackedTensor(name, layout, [src, layout, this](uint8_t* out, size_t) {
+      pool_.ParallelFor(layout.n_panels(), [&](int64_t b, int64_t end, int) {
+        QuantizePanels(src, layout, b, end, out);
+      });
+      return Status::Ok();
+    });
+  }
+
+  std::vector<ConvertGroupReport> TakeReport() { return std::move(report_); }
+
+ private:
+  static void QuantizePanels(const Source& src, const PackedLayout& layout, int64_t begin,
+                             int64_t end, uint8_t* out) {
+    const int64_t cols = layout.cols, n_groups = layout.n_groups();
+    std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<uint8_t> codes(static_cast<size_t>(kPanelRows * cols), 0);
+    std::vector<float> d(static_cast<size_t>(kPanelRows * n_groups)), m(d.size());
+    PackedLayout panel = layout;
+    for (int64_t p = begin; p < end; ++p) {
+      panel.rows = std::min<int64_t>(kPanelRows, layout.rows - p * kPanelRows);
+      for (int64_t r = 0; r < panel.rows; ++r) {
+        src.Row(p * kPanelRows + r, row.data());
+        for (int64_t g = 0; g < n_groups; ++g) {
+          const size_t s = static_cast<size_t>(r * n_groups + g);
+          uint8_t* c = &codes[static_cast<size_t>(r * cols + g * layout.group)];
+          if (layout.codes == PackedCodes::kU4) {
+            QuantizeGroupU4(&row[static_cast<size_t>(g * layout.group)], layout.group, c, &d[s],
+                            &m[s]);
+          } else {
+            QuantizeGroupU8(&row[static_cast<size_t>(g * layout.group)], layout.group, c, &d[s]);
+          }
+        }
+      }
+      PackCodes(panel, codes.data(), d.data(), m.data(),
+                out + static_cast<size_t>(p) * layout.panel_bytes());
+    }
+  }
+
+  ConvertGroupReport& Report(const std::string& group, Encoding e) {
+    for (ConvertGroupReport& r : report_) {
+      if (r.group == group) {
+        if (r.encoding.find(EncodingName(e)) == std::string::npos)
+          r.encoding += std::string("+") + EncodingName(e);
+        return r;
+      }
+    }
+    ConvertGroupReport r;
+    r.group = group;
+    r.encoding = EncodingName(e);
+    report_.push_back(r);
+    return report_.back();
+  }
+
+  const ConvertOptions& options_;
+  ThreadPool& pool_;
+  std::vector<ConvertGroupReport> report_;
+};
+
+std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input) {
+  const ModelConfig& c = model.config();
+  nlohmann::json j;
+  j["format"] = "pocket";
+  j["architecture"] = std::string(ArchitectureName(c.arch));
+  j["n_layers"] = c.n_layers;
+  j["d_model"] = c.d_model;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["d_ff"] = c.d_ff;
+  j["vocab_size"] = c.vocab_size;
+  j["n_ctx_train"] = c.n_ctx_train;
+  j["rope_base"] = c.rope_base;
+  j["rope_style"] = c.rope_style == RopeStyle::kNeox ? "neox" : "interleaved";
+  j["rms_eps"] = c.rms_eps;
+  j["qk_norm"] = c.qk_norm;
+  j["qkv_bias"] = c.qkv_bias;
+  j["tied_output"] = c.tied_output;
+  if (const Tokenizer* t = model.tokenizer()) {
+    j["bos_token_id"] = t->spec().bos_id;
+    j["eos_token_id"] = t->spec().eos_id;
+    j["pad_token_id"] = t->spec().pad_id;
+  }
+  j["generation"] = {
+      {"temperature", 0.7},        {"top_k", 20},      {"top_p", 0.8}, {"min_p", 0.0},
+      {"repetition_penalty", 1.0}, {"max_tokens", 512}};
+  j["inference"] = {{"n_ctx", std::min(c.n_ctx_train, 4096)}, {"kv_type", "f16"}};
+  j["quantization"] = {{"weights", o.weights},
+                       {"group", o.group},
+                       {"embedding", o.embedding.empty() ? o.weights : o.embedding},
+                       {"output", o.output.empty() ? o.weights : o.output}};
+  j["source"] = {{"path", input}, {"format", std::string(SourceKindName(model.source().kind()))}};
+  return j.dump(2);
+}
+
+}  // namespace
+
+StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string& output,
+                                     const ConvertOptions& options) {
+  Stopwatch watch;
+  POCKET_ASSIGN_OR_RETURN(Encoding body, ParseEncoding(options.weights, "--weights"));
+  POCKET_ASSIGN_OR_RETURN(
+      Encoding emb, ParseEncoding(options.embedding.empty() ? options.weights : options.embedding,
+                                  "--embedding"));
+  POCKET_ASSIGN_OR_RETURN(
+      Encoding out_enc,
+      ParseEncoding(options.output.empty() ? options.weights : options.output, "--output-weights"));
+  if (options.group != 32 && options.group != 64 && options.group != 128) {
+    return InvalidArgumentError("--group must be 32, 64 or 128, got ", options.group);
+  }
+  LoadOptions lo;
+  lo.tokenizer_path = options.tokenizer_path;
+  lo.repack = false;
+  POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(input, lo));
+  const ModelConfig& c = model->config();
+  const ModelWeights& w = model->weights();
+  if (c.tied_output && !options.embedding.empty() && emb != out_enc) {
+    return InvalidArgumentError(
+        "the model ties its embedding and output matrices; they are one "
+        "matrix, encoded as --output-weights (drop --embedding)");
+  }
+  const int32_t n_threads =
+      options.n_threads > 0
+          ? options.n_threads
+          : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  ThreadPool pool(n_threads);
+  Converter conv(options, pool);
+  PocketWriter writer;
+  writer.SetMetadataJson(MetadataJson(*model, options, input));
+  if (const Tokenizer* tok = model->tokenizer()) {
+    POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizerSpec(tok->spec()));
+    writer.AddSection("tokenizer", std::move(bytes));
+    if (!tok->spec().chat_template.empty())
+      writer.AddSection("chat_template", tok->spec().chat_template);
+  }
+  const int64_t d = c.d_model;
+  auto vector = [&](const std::string& name, const float* v, int64_t n) {
+    return writer.AddDenseTensor(name, DType::kF32, {n}, [v, n](uint8_t* out, size_t) {
+      std::memcpy(out, v, static_cast<size_t>(n) * sizeof(float));
+      return Status::Ok();
+    });
+  };
+  // The embedding (and, when tied, the output): the output's encoding when tied.
+  POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, "token_embd.weight", {{&w.token_embd}},
+                                        c.tied_output ? out_enc : emb,
+                                        c.tied_output ? "output" : "embedding"));
+  POCKET_RETURN_IF_ERROR(vector("output_norm.weight", w.output_norm, d));
+  if (!c.tied_output) {
+    POCKET_RETURN_IF_ERROR(
+        conv.AddMatrix(writer, "output.weight", {{&w.output}}, out_enc, "output"));
+  }
+  const bool packed = IsPacked(body);
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    auto name = [i](const char* s) { return StrCat("blk.", i, ".", s); };
+    POCKET_RETURN_IF_ERROR(vector(name("attn_norm.weight"), l.attn_norm, d));
+    if (packed && c.q_dim() % kPanelRows == 0 && c.kv_dim() % kPanelRows == 0) {
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("attn_qkv.weight"),
+                                            {{&l.wq, &l.wk, &l.wv}}, body, "attention"));
+    } else {
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_q.weight"), {{&l.wq}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_k.weight"), {{&l.wk}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_v.weight"), {{&l.wv}}, body, "attention"));
+    }
+    if (c.qkv_bias) {
+      POCKET_RETURN_IF_ERROR(vector(name("attn_q.bias"), l.bq, c.q_dim()));
+      POCKET_RETURN_IF_ERROR(vector(name("attn_k.bias"), l.bk, c.kv_dim()));
+      POCKET_RETURN_IF_ERROR(vector(name("attn_v.bias"), l.bv, c.kv_dim()));
+    }
+    if (c.qk_norm) {
+      POCKET_RETURN_IF_ERROR(vector(name("attn_q_norm.weight"), l.q_norm, c.head_dim));
+      POCKET_RETURN_IF_ERROR(vector(name("attn_k_norm.weight"), l.k_norm, c.head_dim));
+    }
+    POCKET_RETURN_IF_ERROR(
+        conv.AddMatrix(writer, name("attn_output.weight"), {{&l.wo}}, body, "attention"));
+    POCKET_RETURN_IF_ERROR(vector(name("ffn_norm.weight"), l.ffn_norm, d));
+    if (packed && c.d_ff % kPanelRows == 0) {
+      Source gu{{&l.w_gate, &l.w_up}, true};
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("ffn_gate_up.weight"), gu, body, "ffn"));
+    } else {
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("ffn_gate.weight"), {{&l.w_gate}}, body, "ffn"));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("ffn_up.weight"), {{&l.w_up}}, body, "ffn"));
+    }
+    POCKET_RETURN_IF_ERROR(
+        conv.AddMatrix(writer, name("ffn_down.weight"), {{&l.w_down}}, body, "ffn"));
+  }
+  if (options.progress) {
+    writer.set_progress([&options](size_t done, size_t total, const std::string& tensor) {
+      options.progress(StrCat("converting: ", done, "/", total, " tensors (", tensor, ")"));
+    });
+  }
+  std::vector<std::string> inputs = {input};
+  if (!options.tokenizer_path.empty()) inputs.push_back(options.tokenizer_path);
+  POCKET_RETURN_IF_ERROR(writer.Write(output, inputs));
+  ConvertReport report;
+  report.groups = conv.TakeReport();
+  int64_t norm_weights = 0;
+  for (const TensorInfo& t : model->source().tensors()) {
+    if (t.shape.size() == 1) norm_weights += t.n_elements();
+  }
+  report.groups.push_back({"norms", norm_weights, static_cast<uint64_t>(norm_weights) * 4, "f32"});
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> written, MappedFile::Open(output));
+  report.file_bytes = written->size();
+  report.seconds = watch.elapsed_s();
+  return report;
+}
+
+}  // namespace pocket

@@ -1,0 +1,46 @@
+// `pocket convert`: from what users have (GGUF, Hugging Face directories, llama2.c checkpoints,
+// .pocket packages) to a .pocket package holding the weights in the layout the kernels consume,
+// the tokenizer, the chat template and the configuration. The output is written to a temporary
+// file and renamed at the end; the input is never overwritten.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace pocket {
+
+struct ConvertOptions {
+  // Encodings: "int4" (asymmetric 4-bit, searched scales), "int8" (symmetric 8-bit), "f16",
+  // "bf16", "f32". `embedding` and `output` default to `weights` ("" = same); a tied model has
+  // one matrix for both, encoded as `output`.
+  std::string weights = "int4";
+  std::string embedding;
+  std::string output;
+  int32_t group = 64;          // columns per scale group for int4 / int8: 32, 64 or 128
+  std::string tokenizer_path;  // a tokenizer to use instead of the model's own
+  int32_t n_threads = 0;       // 0: one per hardware thread
+  // Progress lines (the CLI redraws one line on stderr).
+  std::function<void(const std::string&)> progress;
+};
+
+struct ConvertGroupReport {
+  std::string group;  // "embedding", "output", "attention", "ffn", "norms"
+  int64_t n_weights = 0;
+  uint64_t bytes = 0;
+  std::string encoding;
+  double bits_per_weight() const { return n_weights ? 8.0 * bytes / n_weights : 0.0; }
+};
+
+struct ConvertReport {
+  std::vector<ConvertGroupReport> groups;
+  uint64_t file_bytes = 0;
+  double seconds = 0;
+};
+
+StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string& output,
+                                     const ConvertOptions& options);
+
+}  // namespace pocket
