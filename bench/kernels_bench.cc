@@ -1,0 +1,118 @@
+// Kernel micro-benchmarks, per kernel table this CPU runs:
+//   build/bin/kernels_bench [--benchmark_filter=...] [--benchmark_format=json]
+// PackedGemm/<table>/<bits>/<group>/<tokens>: a [2560 x 896] packed matrix (an FFN's gate+up
+// shape) times <tokens> quantized rows; counters: GMAC/s and weight GB/s. Attention/<table>/
+// <positions>/<tokens>: 7 query heads over one f16 KV head of 64.
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "base/float16.h"
+#include "base/rng.h"
+#include "kernels/kernel_table.h"
+#include "kernels/select.h"
+
+namespace pocket {
+namespace {
+
+struct Packed {
+  std::vector<uint8_t> bytes;
+  PackedMatrix m;
+};
+
+Packed MakePacked(PackedCodes codes, int32_t group, int64_t rows, int64_t cols) {
+  PackedLayout l{codes, group, rows, cols, codes == PackedCodes::kU4};
+  Packed p;
+  p.bytes.resize(l.total_bytes() + 64);
+  Rng rng(1);
+  for (uint8_t& b : p.bytes) b = static_cast<uint8_t>(rng.NextU64());
+  // Keep scales finite and small: overwrite every group's scale block with 0.01 (fp16).
+  uint8_t* base = p.bytes.data() + (64 - reinterpret_cast<uintptr_t>(p.bytes.data()) % 64) % 64;
+  for (int64_t panel = 0; panel < l.n_panels(); ++panel) {
+    for (int64_t g = 0; g < l.n_groups(); ++g) {
+      uint16_t* s = reinterpret_cast<uint16_t*>(base + panel * l.panel_bytes() +
+                                                g * l.group_bytes() + l.code_bytes_per_group());
+      for (size_t i = 0; i < l.scale_bytes_per_group() / 2; ++i) s[i] = FloatToFp16(0.01f);
+    }
+  }
+  p.m = PackedMatrix{l, base};
+  return p;
+}
+
+void BM_PackedGemm(benchmark::State& state, const KernelTable* k, PackedCodes codes, int32_t group,
+                   int64_t n_tokens) {
+  const int64_t rows = 2560, cols = 896;
+  Packed w = MakePacked(codes, group, rows, cols);
+  std::vector<int8_t> q(static_cast<size_t>(n_tokens * cols), 3);
+  std::vector<float> scale(static_cast<size_t>(n_tokens * cols / group), 0.01f),
+      sum(scale.size(), 5.0f);
+  QuantizedRows a{q.data(), scale.data(), sum.data(), n_tokens, cols, group};
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+  for (auto _ : state) {
+    k->packed_gemm(w.m, a, 0, w.m.layout.n_panels(), {y.data(), rows, Epilogue::kStore});
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double macs = static_cast<double>(rows) * cols * n_tokens;
+  state.counters["GMAC/s"] =
+      benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(w.m.layout.total_bytes()) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Attention(benchmark::State& state, const KernelTable* k, int64_t n_pos, int64_t n_tokens) {
+  const int32_t hd = 64, heads = 7;
+  const int64_t n_ctx = (n_pos + 15) / 16 * 16;
+  std::vector<uint16_t> kb(static_cast<size_t>(n_ctx * hd), FloatToFp16(0.1f)),
+      vb(kb.size(), FloatToFp16(0.2f));
+  KvHeadView kv{KvType::kF16, hd, kb.data(), vb.data(), nullptr, nullptr};
+  const int64_t ld = heads * hd;
+  std::vector<float> q(static_cast<size_t>(n_tokens * ld), 0.05f), out(q.size());
+  std::vector<float> scratch(static_cast<size_t>(AttentionScratchFloats(heads, hd)));
+  for (auto _ : state) {
+    AttentionTask task{q.data(),         ld, out.data(), ld,    kv, heads,
+                       n_pos - n_tokens, 0,  n_tokens,   0.125f};
+    k->attention(task, scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(n_tokens),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Register() {
+  for (const KernelTable* k : AvailableKernelTables()) {
+    if (k->name == "reference") continue;
+    const std::string t(k->name);
+    for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+      for (int32_t group : {32, 64}) {
+        for (int64_t n : {1, 16, 128}) {
+          const std::string name = "PackedGemm/" + t + "/" +
+                                   (codes == PackedCodes::kU4 ? "u4" : "u8") + "/g" +
+                                   std::to_string(group) + "/" + std::to_string(n);
+          benchmark::RegisterBenchmark(name.c_str(), BM_PackedGemm, k, codes, group, n)
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+    for (int64_t pos : {128, 512}) {
+      for (int64_t n : {1, 16}) {
+        const std::string name =
+            "Attention/" + t + "/" + std::to_string(pos) + "/" + std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Attention, k, pos, n)
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pocket
+
+int main(int argc, char** argv) {
+  pocket::Register();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
