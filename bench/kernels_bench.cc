@@ -61,6 +61,23 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* k, PackedCodes co
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_PrefillGemm(benchmark::State& state, const KernelTable* k, int32_t block,
+                    int64_t n_tokens) {
+  const int64_t rows = 2560, cols = 896;
+  Packed w = MakePacked(PackedCodes::kU4, 64, rows, cols);
+  std::vector<int8_t> q(static_cast<size_t>(n_tokens * cols), 3);
+  std::vector<float> scale(static_cast<size_t>(n_tokens * cols / block), 0.01f),
+      sum(scale.size(), 5.0f);
+  QuantizedRows a{q.data(), scale.data(), sum.data(), n_tokens, cols, block};
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+  for (auto _ : state) {
+    k->prefill_gemm(w.m, a, 0, w.m.layout.n_panels(), {y.data(), rows, Epilogue::kStore});
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows) * cols * n_tokens * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_Attention(benchmark::State& state, const KernelTable* k, int64_t n_pos, int64_t n_tokens) {
   const int32_t hd = 64, heads = 7;
   const int64_t n_ctx = (n_pos + 15) / 16 * 16;
@@ -91,6 +108,16 @@ void Register() {
                                    (codes == PackedCodes::kU4 ? "u4" : "u8") + "/g" +
                                    std::to_string(group) + "/" + std::to_string(n);
           benchmark::RegisterBenchmark(name.c_str(), BM_PackedGemm, k, codes, group, n)
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+    if (k->prefill_gemm != nullptr) {
+      for (int32_t block : {128, 896}) {
+        for (int64_t n : {128, 512}) {
+          const std::string name =
+              "PrefillGemm/" + t + "/u4g64/block" + std::to_string(block) + "/" + std::to_string(n);
+          benchmark::RegisterBenchmark(name.c_str(), BM_PrefillGemm, k, block, n)
               ->Unit(benchmark::kMicrosecond);
         }
       }

@@ -88,9 +88,9 @@ struct AttentionTask {
   int64_t t_end = 0;
   float scale = 1.0f;
 };
-// Scratch floats an attention call needs.
+// Scratch floats an attention call needs (a task covers at most 16 query tokens).
 inline int64_t AttentionScratchFloats(int32_t n_q_heads, int32_t head_dim) {
-  return int64_t{n_q_heads} * (head_dim + 18) + 64;
+  return 16 * int64_t{n_q_heads} * (head_dim + 40) + 32 * int64_t{head_dim} + 256;
 }
 
 struct KernelTable {
@@ -106,6 +106,18 @@ struct KernelTable {
   // For kSwiGlu the range must cover whole (gate, up) panel pairs.
   void (*packed_gemm)(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                       int64_t panel_end, const GemmOut& out);
+
+  // The prefill form of packed_gemm for many tokens, where weights are requantized on the fly.
+  // For every row r and block b of a.group columns (a multiple of the packed group dividing the
+  // columns): amax = the largest |m| or |d * c_max + m| over the block's groups (c_max = 15 or
+  // 255: the group's representable range), inv = 127 / amax, D = amax / 127, and each weight
+  // becomes q' = clamp(nearbyint(a * code + b), -127, 127) with a = d * inv, b = m * inv (per
+  // group; multiply, then add). Then y[t][r] = sum over blocks, in order, of
+  // fma((float) sum_k q' * a.q, a.scale[t][b] * D, y). Activations are quantized per block (a.sum
+  // unused). Integer accumulation over whole blocks lets tile engines (AMX) run without a float
+  // epilogue after every group. Null in tables without such an engine.
+  void (*prefill_gemm)(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                       int64_t panel_end, const GemmOut& out);
 
   // Rows [row_begin, row_end) of a dense matrix times float activations x [n_tokens, w.cols]
   // (row stride ldx). scratch: w.cols floats (to dequantize a row of a block type).

@@ -123,6 +123,37 @@ TEST_P(KernelsTest, PackedGemmPartialLastPanelAndManyTokens) {
   }
 }
 
+TEST_P(KernelsTest, PrefillGemmIsBitExact) {
+  const KernelTable& k = *GetParam();
+  if (k.prefill_gemm == nullptr) GTEST_SKIP() << k.name << " has no prefill_gemm";
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    for (int32_t group : {32, 64}) {
+      for (int32_t block : {64, 128, 256}) {
+        for (int64_t n_tokens : {32, 45, 70}) {
+          const int64_t rows = 70, cols = 512;
+          RandomPacked w(codes, group, rows, cols, 90 + group, (block + n_tokens) % 2 == 0);
+          std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 91 + n_tokens, 3.0f);
+          Quantized a(n_tokens, cols, block);
+          reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+          for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+            std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 92), got = want;
+            reference::PrefillGemm(w.m, a.rows, 0, 5, {want.data(), rows, e});
+            k.prefill_gemm(w.m, a.rows, 0, 5, {got.data(), rows, e});
+            ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " group " << group
+                                 << " block " << block << " tokens " << n_tokens;
+          }
+          std::vector<float> want(static_cast<size_t>(n_tokens * 32)), got(want.size());
+          reference::PrefillGemm(w.m, a.rows, 0, 4, {want.data(), 32, Epilogue::kSwiGlu});
+          k.prefill_gemm(w.m, a.rows, 0, 4, {got.data(), 32, Epilogue::kSwiGlu});
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i])) << k.name;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(KernelsTest, StreamReadSeesEveryByte) {
   const KernelTable& k = *GetParam();
   for (size_t n : {size_t{64}, size_t{320}, size_t{4096 + 192}}) {

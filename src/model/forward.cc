@@ -23,15 +23,30 @@ struct Pass {
   float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
 };
 
+// Batches at least this large use the table's prefill_gemm (when it has one).
+constexpr int64_t kPrefillMinTokens = 32;
+
+// Columns per activation block of the prefill form: the largest of 256, 128 that divides the
+// columns and holds whole weight groups (finer blocks keep activation outliers local).
+int32_t PrefillBlock(const PackedLayout& l) {
+  for (int32_t block : {256, 128}) {
+    if (l.cols % block == 0 && block % l.group == 0) return block;
+  }
+  return l.group;
+}
+
 // out = W · norm?(x) for every token: x [n_tokens, l.cols()] with row stride ldx.
 void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
              const GemmOut& out) {
   const int64_t n = p.n_tokens;
   if (l.packed) {
+    // Many tokens on a table with a tile engine: the prefill form (blocks of up to 256 columns,
+    // weights requantized per block; kernel_table.h). Otherwise the exact per-group form.
+    const bool prefill = n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr;
     QuantizedRows q = p.s.quant;
     q.n_tokens = n;
     q.cols = l.cols();
-    q.group = l.p.layout.group;
+    q.group = prefill ? PrefillBlock(l.p.layout) : l.p.layout.group;
     p.pool.ParallelFor(n, [&](int64_t b, int64_t e, int) {
       QuantizedRows part = q;
       part.q += b * q.cols;
@@ -41,13 +56,12 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
     });
     const int64_t n_panels = l.p.layout.n_panels();
+    const auto gemm = prefill ? p.k.prefill_gemm : p.k.packed_gemm;
     if (out.epilogue == Epilogue::kSwiGlu) {
-      p.pool.ParallelFor(n_panels / 2, [&](int64_t b, int64_t e, int) {
-        p.k.packed_gemm(l.p, q, 2 * b, 2 * e, out);
-      });
+      p.pool.ParallelFor(n_panels / 2,
+                         [&](int64_t b, int64_t e, int) { gemm(l.p, q, 2 * b, 2 * e, out); });
     } else {
-      p.pool.ParallelFor(n_panels,
-                         [&](int64_t b, int64_t e, int) { p.k.packed_gemm(l.p, q, b, e, out); });
+      p.pool.ParallelFor(n_panels, [&](int64_t b, int64_t e, int) { gemm(l.p, q, b, e, out); });
     }
     return;
   }

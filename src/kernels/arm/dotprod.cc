@@ -145,6 +145,7 @@ const KernelTable& DotprodKernels() {
       .name = "dotprod",
       .quantize_rows = arm::neon::QuantizeRows,
       .packed_gemm = arm::PackedGemm,
+      .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,

@@ -201,6 +201,7 @@ const KernelTable& I8mmKernels() {
       .name = "i8mm",
       .quantize_rows = arm::neon::QuantizeRows,
       .packed_gemm = arm::PackedGemm,
+      .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,

@@ -324,6 +324,7 @@ const KernelTable& NeonKernels() {
       .name = "neon",
       .quantize_rows = arm::neon::QuantizeRows,
       .packed_gemm = arm::neon::PackedGemm,
+      .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,

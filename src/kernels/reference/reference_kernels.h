@@ -11,6 +11,8 @@ void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
                   const float* norm_weight, float eps, QuantizedRows* out);
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                 int64_t panel_end, const GemmOut& out);
+void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                 int64_t panel_end, const GemmOut& out);
 void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch);
 void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,

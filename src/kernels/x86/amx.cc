@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/kernel_table.h"
+#include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
 #include "kernels/x86/avx512_common.h"
 
@@ -51,6 +52,11 @@ inline __m512 AccumulateGroup(__m512 acc, __m512i iacc, __m512 d, __m512 m, floa
 }
 
 constexpr int64_t kMaxCols = 16384;  // unpacked weights of a panel pair live on the stack
+
+// All eight tiles 16 rows x 64 bytes: accumulators 0-3, activations 4-5, weights 6-7.
+void ConfigureSquare() {
+  Configure(64);
+}
 
 }  // namespace
 
@@ -197,6 +203,250 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
   }
 }
 
+// ---- prefill: weights requantized per block, integer sums over whole blocks -------------------
+
+namespace {
+
+// Expands a per-row vector (16 rows) to the quad layout of rows 4q..4q+3 (each value 4 times).
+inline __m512 ExpandRows(__m512 v, int q) {
+  const __m512i idx = _mm512_set_epi32(4 * q + 3, 4 * q + 3, 4 * q + 3, 4 * q + 3, 4 * q + 2,
+                                       4 * q + 2, 4 * q + 2, 4 * q + 2, 4 * q + 1, 4 * q + 1,
+                                       4 * q + 1, 4 * q + 1, 4 * q, 4 * q, 4 * q, 4 * q);
+  return _mm512_permutexvar_ps(idx, v);
+}
+
+// The int8 codes of one quad vector (16 rows x 4 columns) of a packed group.
+inline __m512i QuadCodes(const uint8_t* group, bool u4, int32_t group_cols, int32_t quad) {
+  if (!u4) return _mm512_loadu_si512(group + 64 * quad);
+  const int32_t half = group_cols / 8;
+  const __m512i v = _mm512_loadu_si512(group + 64 * (quad % half));
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  return quad < half ? _mm512_and_si512(v, nib) : _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+}
+
+struct PanelGeom {
+  bool u4, explicit_min;
+  int32_t group;
+  int64_t n_groups;
+  size_t code_bytes, group_bytes, panel_bytes;
+};
+
+// Requantizes one panel to int8 tile rows (quad vectors: [cols / 4][16 rows x 4 bytes]) and per
+// (block, row) scales D, from each group's (d, m) as kernel_table.h defines.
+void RequantizePanel(const PanelGeom& g, const uint8_t* panel, int32_t block, int64_t cols,
+                     int8_t* tiles, float* scales /* [n_blocks][16] */) {
+  const __m512 c_max = _mm512_set1_ps(g.u4 ? 15.0f : 255.0f);
+  const __m512 neg_zero = _mm512_set1_ps(g.u4 ? -8.0f : -128.0f);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const int32_t groups_per_block = block / g.group;
+  auto scales_of = [&](int64_t gi, __m512* d, __m512* m) {
+    const uint8_t* s = panel + static_cast<size_t>(gi) * g.group_bytes + g.code_bytes;
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    *m = g.explicit_min
+             ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)))
+             : _mm512_mul_ps(neg_zero, *d);
+  };
+  for (int64_t b = 0; b < cols / block; ++b) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int32_t j = 0; j < groups_per_block; ++j) {
+      __m512 d, m;
+      scales_of(b * groups_per_block + j, &d, &m);
+      amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_abs_ps(m), _mm512_abs_ps(_mm512_add_ps(
+                                                                     _mm512_mul_ps(d, c_max), m))));
+    }
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 inv = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), amax);
+    _mm512_store_ps(scales + b * 16, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+    for (int32_t j = 0; j < groups_per_block; ++j) {
+      const int64_t gi = b * groups_per_block + j;
+      __m512 d, m;
+      scales_of(gi, &d, &m);
+      const __m512 alpha = _mm512_mul_ps(d, inv), beta = _mm512_mul_ps(m, inv);
+      __m512 ea[4], eb[4];
+      for (int q = 0; q < 4; ++q) {
+        ea[q] = ExpandRows(alpha, q);
+        eb[q] = ExpandRows(beta, q);
+      }
+      const uint8_t* grp = panel + static_cast<size_t>(gi) * g.group_bytes;
+      int8_t* dst = tiles + gi * g.group * 16;
+      for (int32_t qi = 0; qi < g.group / 4; ++qi) {
+        const __m512i codes = QuadCodes(grp, g.u4, g.group, qi);
+        for (int q = 0; q < 4; ++q) {
+          const __m128i part = q == 0   ? _mm512_extracti32x4_epi32(codes, 0)
+                               : q == 1 ? _mm512_extracti32x4_epi32(codes, 1)
+                               : q == 2 ? _mm512_extracti32x4_epi32(codes, 2)
+                                        : _mm512_extracti32x4_epi32(codes, 3);
+          const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part));
+          // a * code + b: a multiply then an add, as the reference.
+          __m512i qv = _mm512_cvtps_epi32(_mm512_add_ps(_mm512_mul_ps(ea[q], cf), eb[q]));
+          qv = _mm512_min_epi32(_mm512_max_epi32(qv, lo), hi);
+          _mm_store_si128(reinterpret_cast<__m128i*>(dst + 64 * qi + 16 * q),
+                          _mm512_cvtepi32_epi8(qv));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
+                 int64_t panel_end, const GemmOut& out) {
+  const PackedLayout& l = w.layout;
+  const int64_t cols = l.cols;
+  const int32_t block = a.group;
+  const int64_t n_blocks = cols / block;
+  const int64_t full_tokens = a.n_tokens / 32 * 32;
+  PanelGeom g;
+  g.u4 = l.codes == PackedCodes::kU4;
+  g.explicit_min = l.explicit_min;
+  g.group = l.group;
+  g.n_groups = cols / l.group;
+  g.code_bytes = static_cast<size_t>(l.group) * 16 * (g.u4 ? 4 : 8) / 8;
+  g.group_bytes = g.code_bytes + (l.explicit_min ? 64 : 32);
+  g.panel_bytes = g.group_bytes * static_cast<size_t>(g.n_groups);
+  if (cols > kMaxCols || block > 1024 || block % 64 != 0) {
+    reference::PrefillGemm(w, a, panel_begin, panel_end, out);  // not reached by the forward
+    return;
+  }
+  const int64_t rows = l.rows;
+  const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
+  // Activation tiles packed contiguously ([token block of 16][column step of 64][16 x 64 bytes]),
+  // so each tile load streams 1 KB instead of 16 rows a row-stride apart.
+  constexpr int64_t kMaxPackedA = 2 << 20;
+  const bool pack_a = full_tokens * cols <= kMaxPackedA;
+  alignas(64) int8_t a_tiles[kMaxPackedA];  // on the stack: worker threads have megabytes
+  if (pack_a) {
+    for (int64_t t16 = 0; t16 < full_tokens / 16; ++t16) {
+      for (int64_t k = 0; k < cols; k += 64) {
+        int8_t* dst = a_tiles + (t16 * cols + k) * 16;
+        for (int r = 0; r < 16; ++r) {
+          _mm512_store_si512(dst + 64 * r, _mm512_loadu_si512(a.q + (t16 * 16 + r) * cols + k));
+        }
+      }
+    }
+  }
+  alignas(64) int8_t tiles[2][kMaxCols * 16];
+  alignas(64) float scales[2][kMaxCols / 64 * 16];
+  alignas(64) int32_t c[4][16][16];
+  alignas(64) float acc[32][2][16];
+  alignas(64) float tail_y[2][16];
+  ConfigureSquare();
+  for (int64_t p = panel_begin; p < panel_end; p += 2) {
+    const int n_panels = p + 1 < panel_end ? 2 : 1;
+    for (int j = 0; j < n_panels; ++j) {
+      RequantizePanel(g, w.data + static_cast<size_t>(p + j) * g.panel_bytes, block, cols, tiles[j],
+                      scales[j]);
+    }
+    if (n_panels == 1) {
+      std::memset(tiles[1], 0, static_cast<size_t>(cols) * 16);
+      std::memset(scales[1], 0, sizeof(float) * static_cast<size_t>(n_blocks) * 16);
+    }
+    for (int64_t t0 = 0; t0 < full_tokens; t0 += 32) {
+      for (int i = 0; i < 32; ++i)
+        for (int j = 0; j < 2; ++j) _mm512_store_ps(acc[i][j], _mm512_setzero_ps());
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t k = b * block; k < (b + 1) * block; k += 64) {
+          if (pack_a) {
+            _tile_loadd(4, a_tiles + ((t0 / 16) * cols + k) * 16, 64);
+          } else {
+            _tile_loadd(4, a.q + t0 * cols + k, cols);
+          }
+          _tile_loadd(6, tiles[0] + k * 16, 64);
+          _tile_dpbssd(0, 4, 6);
+          _tile_loadd(7, tiles[1] + k * 16, 64);
+          _tile_dpbssd(1, 4, 7);
+          if (pack_a) {
+            _tile_loadd(5, a_tiles + ((t0 / 16 + 1) * cols + k) * 16, 64);
+          } else {
+            _tile_loadd(5, a.q + (t0 + 16) * cols + k, cols);
+          }
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, c[0], 64);
+        _tile_stored(1, c[1], 64);
+        _tile_stored(2, c[2], 64);
+        _tile_stored(3, c[3], 64);
+        for (int j = 0; j < 2; ++j) {
+          const __m512 dv = _mm512_load_ps(scales[j] + b * 16);
+          for (int i = 0; i < 32; ++i) {
+            const __m512 sd = _mm512_mul_ps(_mm512_set1_ps(a.scale[(t0 + i) * n_blocks + b]), dv);
+            const __m512 ci = _mm512_cvtepi32_ps(_mm512_load_si512(c[(i / 16) * 2 + j][i % 16]));
+            _mm512_store_ps(acc[i][j], _mm512_fmadd_ps(ci, sd, _mm512_load_ps(acc[i][j])));
+          }
+        }
+      }
+      for (int i = 0; i < 32; ++i) {
+        const int64_t t = t0 + i;
+        if (swiglu) {
+          _mm512_storeu_ps(
+              out.y + t * out.ld + (p / 2) * 16,
+              _mm512_mul_ps(avx512::Silu(_mm512_load_ps(acc[i][0])), _mm512_load_ps(acc[i][1])));
+          continue;
+        }
+        for (int j = 0; j < n_panels; ++j) {
+          const int64_t row0 = (p + j) * 16;
+          const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
+          const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+          float* y = out.y + t * out.ld + row0;
+          __m512 v = _mm512_load_ps(acc[i][j]);
+          if (out.epilogue == Epilogue::kAccumulate)
+            v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+          _mm512_mask_storeu_ps(y, mask, v);
+        }
+      }
+    }
+    // The last tokens (fewer than a tile block), from the same requantized weights, with VNNI.
+    for (int64_t t = full_tokens; t < a.n_tokens; ++t) {
+      for (int j = 0; j < 2; ++j) {
+        __m512 y = _mm512_setzero_ps();
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          __m512i iacc = _mm512_setzero_si512();
+          for (int64_t k = b * block; k < (b + 1) * block; k += 4) {
+            int32_t av;
+            std::memcpy(&av, a.q + t * cols + k, 4);
+            // Signed x signed: bias the activations to unsigned and correct with 128 * sum(w).
+            const __m512i wq = _mm512_load_si512(tiles[j] + k * 16);
+            iacc = _mm512_dpbusd_epi32(
+                iacc,
+                _mm512_xor_si512(_mm512_set1_epi32(av), _mm512_set1_epi8(static_cast<char>(0x80))),
+                wq);
+            iacc = _mm512_sub_epi32(
+                iacc, _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                          _mm512_set1_epi8(static_cast<char>(0x80)), wq));
+          }
+          const __m512 sd = _mm512_mul_ps(_mm512_set1_ps(a.scale[t * n_blocks + b]),
+                                          _mm512_load_ps(scales[j] + b * 16));
+          y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), sd, y);
+        }
+        _mm512_store_ps(tail_y[j], y);
+      }
+      if (swiglu) {
+        _mm512_storeu_ps(
+            out.y + t * out.ld + (p / 2) * 16,
+            _mm512_mul_ps(avx512::Silu(_mm512_load_ps(tail_y[0])), _mm512_load_ps(tail_y[1])));
+        continue;
+      }
+      for (int j = 0; j < n_panels; ++j) {
+        const int64_t row0 = (p + j) * 16;
+        const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
+        const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+        float* y = out.y + t * out.ld + row0;
+        __m512 v = _mm512_load_ps(tail_y[j]);
+        if (out.epilogue == Epilogue::kAccumulate)
+          v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+        _mm512_mask_storeu_ps(y, mask, v);
+      }
+    }
+  }
+  _tile_release();
+}
+
 double Int8Peak(double seconds) {
   // Four accumulator tiles fed by two A and two B tiles loaded once: TDPBSUD throughput only.
   Configure(64);
@@ -239,6 +489,7 @@ const KernelTable& AmxKernels() {
     KernelTable t = Avx512Kernels();
     t.name = "amx";
     t.packed_gemm = amx::PackedGemm;
+    t.prefill_gemm = amx::PrefillGemm;
     t.int8_peak = amx::Int8Peak;
     return t;
   }();

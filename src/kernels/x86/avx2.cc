@@ -261,6 +261,7 @@ const KernelTable& Avx2Kernels() {
       .name = "avx2",
       .quantize_rows = avx2::QuantizeRows,
       .packed_gemm = avx2::PackedGemm,
+      .prefill_gemm = nullptr,
       .dense_gemm = avx2::DenseGemm,
       .rmsnorm = avx2::Rmsnorm,
       .rope = avx2::Rope,

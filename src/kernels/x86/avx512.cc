@@ -437,6 +437,7 @@ const KernelTable& Avx512Kernels() {
       .name = "avx512",
       .quantize_rows = avx512::QuantizeRows,
       .packed_gemm = avx512::PackedGemm,
+      .prefill_gemm = nullptr,
       .dense_gemm = avx512::DenseGemm,
       .rmsnorm = avx512::Rmsnorm,
       .rope = avx512::Rope,

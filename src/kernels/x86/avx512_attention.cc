@@ -52,92 +52,188 @@ inline __m512 LoadV16(const KvHeadView& kv, int64_t pos, int64_t c) {
 
 constexpr int kMaxHeadChunk = 8;  // query heads whose scores are computed together
 
+// Scores of NH heads against one K block already in floats (kf: [hd][16]): s[h] = q_h . K.
+// The head count is a template parameter so the accumulators stay in registers.
+template <int NH>
+inline void BlockScores(const float* q, int32_t hd, const float* kf, __m512* s) {
+  for (int h = 0; h < NH; ++h) s[h] = _mm512_setzero_ps();
+  for (int32_t d = 0; d < hd; ++d) {
+    const __m512 kd = _mm512_loadu_ps(kf + 16 * d);
+    for (int h = 0; h < NH; ++h) s[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * hd + d]), kd, s[h]);
+  }
+}
+
+inline void BlockScoresN(int32_t nh, const float* q, int32_t hd, const float* kf, __m512* s) {
+  switch (nh) {
+    case 1:
+      BlockScores<1>(q, hd, kf, s);
+      break;
+    case 2:
+      BlockScores<2>(q, hd, kf, s);
+      break;
+    case 3:
+      BlockScores<3>(q, hd, kf, s);
+      break;
+    case 4:
+      BlockScores<4>(q, hd, kf, s);
+      break;
+    case 5:
+      BlockScores<5>(q, hd, kf, s);
+      break;
+    case 6:
+      BlockScores<6>(q, hd, kf, s);
+      break;
+    case 7:
+      BlockScores<7>(q, hd, kf, s);
+      break;
+    default:
+      BlockScores<8>(q, hd, kf, s);
+      break;
+  }
+}
+
+// acc[h] (NH heads of NC * 16 floats, head stride hd) += sum_j probs[h][j] * V row j (vf: rows of
+// hd floats), accumulators in registers.
+template <int NC, int NH>
+inline void AccumulateValues(float* acc, int32_t hd, const float* probs, const float* vf,
+                             int64_t valid) {
+  __m512 a[NH][NC];
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < NC; ++c) a[h][c] = _mm512_loadu_ps(acc + h * hd + 16 * c);
+  for (int64_t j = 0; j < valid; ++j) {
+    for (int c = 0; c < NC; ++c) {
+      const __m512 v = _mm512_loadu_ps(vf + j * hd + 16 * c);
+      for (int h = 0; h < NH; ++h)
+        a[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(probs[h * 16 + j]), v, a[h][c]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(acc + h * hd + 16 * c, a[h][c]);
+}
+
+// All n_heads heads, in register-sized chunks; head dims other than 64 and 128 take a plain loop.
+inline void AccumulateValuesAll(float* acc, int32_t n_heads, int32_t hd, const float* probs,
+                                const float* vf, int64_t valid) {
+  int32_t h0 = 0;
+  if (hd == 64) {
+    for (; h0 + 4 <= n_heads; h0 += 4)
+      AccumulateValues<4, 4>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+    // The rest together: fewer than 4 heads alone would leave too few independent chains.
+    switch (n_heads - h0) {
+      case 3:
+        AccumulateValues<4, 3>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+        break;
+      case 2:
+        AccumulateValues<4, 2>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+        break;
+      case 1:
+        AccumulateValues<4, 1>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+        break;
+      default:
+        break;
+    }
+    return;
+  }
+  if (hd == 128) {
+    for (; h0 + 2 <= n_heads; h0 += 2)
+      AccumulateValues<8, 2>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+    for (; h0 < n_heads; ++h0)
+      AccumulateValues<8, 1>(acc + h0 * hd, hd, probs + h0 * 16, vf, valid);
+    return;
+  }
+  for (; h0 < n_heads; ++h0) {
+    for (int64_t j = 0; j < valid; ++j) {
+      const __m512 p = _mm512_set1_ps(probs[h0 * 16 + j]);
+      for (int32_t c = 0; c < hd; c += 16) {
+        _mm512_storeu_ps(acc + h0 * hd + c, _mm512_fmadd_ps(p, _mm512_loadu_ps(vf + j * hd + c),
+                                                            _mm512_loadu_ps(acc + h0 * hd + c)));
+      }
+    }
+  }
+}
+
+// The query tokens of a task (one for decode, up to 16 in prefill): each key block's K and V are
+// converted to floats once for all of them; per token and head, an online softmax with a lane-wise
+// running sum (reduced once at the end) and an exp for the correction only when the running maximum
+// grows.
 template <KvType kType>
-void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
+void AttendTokens(const AttentionTask& task, float* scratch) {
   const int32_t hd = task.kv.head_dim;
   const int32_t n_heads = task.n_q_heads;
-  const int64_t n_pos = task.pos0 + t + 1;
-  const int64_t n_blocks = (n_pos + 15) / 16;
-  const float* q = task.q + t * task.ldq;
-  // scratch: acc [n_heads][hd], then running max [n_heads], sum [n_heads], probs [n_heads][16].
+  const int64_t nt = task.t_end - task.t_begin;
+  const int32_t nc = hd / 16;
+  // scratch: acc [nt][heads][hd], lsum [nt][heads][16], probs [nt][heads][16], kf [hd][16],
+  // vf [16][hd], run_max [nt][heads].
   float* acc = scratch;
-  float* run_max = acc + n_heads * hd;
-  float* run_sum = run_max + n_heads;
-  float* probs = run_sum + n_heads;  // reuses the tail: AttentionScratchFloats covers 16 per head
-  for (int32_t i = 0; i < n_heads * hd; ++i) acc[i] = 0.0f;
-  for (int32_t h = 0; h < n_heads; ++h) {
-    run_max[h] = -INFINITY;
-    run_sum[h] = 0.0f;
-  }
+  float* lsum = acc + nt * n_heads * hd;
+  float* probs = lsum + nt * n_heads * 16;
+  float* kf = probs + nt * n_heads * 16;
+  float* vf = kf + hd * 16;
+  float* run_max = vf + 16 * hd;
+  for (int64_t i = 0; i < nt * n_heads * hd; ++i) acc[i] = 0.0f;
+  for (int64_t i = 0; i < nt * n_heads * 16; ++i) lsum[i] = 0.0f;
+  for (int64_t i = 0; i < nt * n_heads; ++i) run_max[i] = -INFINITY;
+  const int64_t last_pos = task.pos0 + task.t_end - 1;
   const __m512 vscale = _mm512_set1_ps(task.scale);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t valid = n_pos - 16 * b < 16 ? n_pos - 16 * b : 16;
-    const __mmask16 mask = MaskFor(valid);
-    for (int32_t h0 = 0; h0 < n_heads; h0 += kMaxHeadChunk) {
-      const int32_t nh = n_heads - h0 < kMaxHeadChunk ? n_heads - h0 : kMaxHeadChunk;
-      __m512 s[kMaxHeadChunk];
-      for (int32_t h = 0; h < nh; ++h) s[h] = _mm512_setzero_ps();
-      for (int32_t d = 0; d < hd; ++d) {
-        const __m512 kd = LoadKRow<kType>(task.kv, b, d);
-        for (int32_t h = 0; h < nh; ++h)
-          s[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[(h0 + h) * hd + d]), kd, s[h]);
-      }
-      __m512 kscale = vscale;
-      if constexpr (kType == KvType::kQ8) {
-        kscale = _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(mask, task.kv.k_scale + 16 * b));
-      }
-      for (int32_t h = 0; h < nh; ++h) {
-        const __m512 sc =
-            _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), mask, _mm512_mul_ps(s[h], kscale));
-        const float block_max = _mm512_reduce_max_ps(sc);
-        const int32_t hh = h0 + h;
-        const float new_max = block_max > run_max[hh] ? block_max : run_max[hh];
-        const float correction = std::exp(run_max[hh] - new_max);
-        const __m512 p = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(sc, _mm512_set1_ps(new_max))));
-        run_sum[hh] = run_sum[hh] * correction + _mm512_reduce_add_ps(p);
-        run_max[hh] = new_max;
-        __m512 pw = p;
-        if constexpr (kType == KvType::kQ8)
-          pw = _mm512_mul_ps(p, _mm512_maskz_loadu_ps(mask, task.kv.v_scale + 16 * b));
-        _mm512_storeu_ps(probs + hh * 16, pw);
-        if (correction != 1.0f) {
-          const __m512 vc = _mm512_set1_ps(correction);
-          for (int32_t c = 0; c < hd; c += 16) {
-            _mm512_storeu_ps(acc + hh * hd + c,
-                             _mm512_mul_ps(_mm512_loadu_ps(acc + hh * hd + c), vc));
-          }
-        }
-      }
+  for (int64_t b = 0; b <= last_pos / 16; ++b) {
+    for (int32_t d = 0; d < hd; ++d) _mm512_storeu_ps(kf + 16 * d, LoadKRow<kType>(task.kv, b, d));
+    const int64_t block_valid = last_pos + 1 - 16 * b < 16 ? last_pos + 1 - 16 * b : 16;
+    for (int64_t j = 0; j < block_valid; ++j) {
+      for (int32_t c = 0; c < nc; ++c)
+        _mm512_storeu_ps(vf + j * hd + 16 * c, LoadV16<kType>(task.kv, 16 * b + j, 16 * c));
     }
-    // acc[h] += sum_j probs[h][j] * V[16 b + j], a few heads at a time so acc stays in registers.
-    const int32_t chunk = hd >= 256 ? 1 : 256 / hd;  // heads per pass: chunk * hd / 16 <= 16 regs
-    for (int32_t h0 = 0; h0 < n_heads; h0 += chunk) {
-      const int32_t nh = n_heads - h0 < chunk ? n_heads - h0 : chunk;
-      __m512 a[16];
-      const int32_t nc = hd / 16;
-      for (int32_t h = 0; h < nh; ++h)
-        for (int32_t c = 0; c < nc; ++c)
-          a[h * nc + c] = _mm512_loadu_ps(acc + (h0 + h) * hd + 16 * c);
-      for (int64_t j = 0; j < valid; ++j) {
-        const int64_t pos = 16 * b + j;
-        for (int32_t c = 0; c < nc; ++c) {
-          const __m512 v = LoadV16<kType>(task.kv, pos, 16 * c);
-          for (int32_t h = 0; h < nh; ++h) {
-            a[h * nc + c] =
-                _mm512_fmadd_ps(_mm512_set1_ps(probs[(h0 + h) * 16 + j]), v, a[h * nc + c]);
+    __m512 kscale = vscale, vscales = _mm512_set1_ps(1.0f);
+    if constexpr (kType == KvType::kQ8) {
+      kscale = _mm512_mul_ps(vscale,
+                             _mm512_maskz_loadu_ps(MaskFor(block_valid), task.kv.k_scale + 16 * b));
+      vscales = _mm512_maskz_loadu_ps(MaskFor(block_valid), task.kv.v_scale + 16 * b);
+    }
+    for (int64_t ti = 0; ti < nt; ++ti) {
+      const int64_t n_pos = task.pos0 + task.t_begin + ti + 1;
+      if (16 * b >= n_pos) continue;  // causal: this block is in the token's future
+      const int64_t valid = n_pos - 16 * b < 16 ? n_pos - 16 * b : 16;
+      const __mmask16 mask = MaskFor(valid);
+      const float* q = task.q + (task.t_begin + ti) * task.ldq;
+      for (int32_t h0 = 0; h0 < n_heads; h0 += kMaxHeadChunk) {
+        const int32_t nh = n_heads - h0 < kMaxHeadChunk ? n_heads - h0 : kMaxHeadChunk;
+        __m512 s[kMaxHeadChunk];
+        BlockScoresN(nh, q + h0 * hd, hd, kf, s);
+        for (int32_t h = 0; h < nh; ++h) {
+          const int64_t th = ti * n_heads + h0 + h;
+          const __m512 sc =
+              _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), mask, _mm512_mul_ps(s[h], kscale));
+          const float block_max = _mm512_reduce_max_ps(sc);
+          if (block_max > run_max[th]) {
+            const float correction = std::exp(run_max[th] - block_max);
+            run_max[th] = block_max;
+            const __m512 vc = _mm512_set1_ps(correction);
+            _mm512_storeu_ps(lsum + th * 16, _mm512_mul_ps(_mm512_loadu_ps(lsum + th * 16), vc));
+            for (int32_t c = 0; c < nc; ++c) {
+              _mm512_storeu_ps(acc + th * hd + 16 * c,
+                               _mm512_mul_ps(_mm512_loadu_ps(acc + th * hd + 16 * c), vc));
+            }
           }
+          const __m512 pr =
+              _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(sc, _mm512_set1_ps(run_max[th]))));
+          _mm512_storeu_ps(lsum + th * 16, _mm512_add_ps(_mm512_loadu_ps(lsum + th * 16), pr));
+          _mm512_storeu_ps(probs + th * 16, kType == KvType::kQ8 ? _mm512_mul_ps(pr, vscales) : pr);
         }
       }
-      for (int32_t h = 0; h < nh; ++h)
-        for (int32_t c = 0; c < nc; ++c)
-          _mm512_storeu_ps(acc + (h0 + h) * hd + 16 * c, a[h * nc + c]);
+      // acc[token][h] += sum_j probs[j] * V[j].
+      AccumulateValuesAll(acc + ti * n_heads * hd, n_heads, hd, probs + ti * n_heads * 16, vf,
+                          valid);
     }
   }
-  float* out = task.out + t * task.ldo;
-  for (int32_t h = 0; h < n_heads; ++h) {
-    const __m512 inv = _mm512_set1_ps(1.0f / run_sum[h]);
-    for (int32_t c = 0; c < hd; c += 16) {
-      _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(_mm512_loadu_ps(acc + h * hd + c), inv));
+  for (int64_t ti = 0; ti < nt; ++ti) {
+    float* out = task.out + (task.t_begin + ti) * task.ldo;
+    for (int32_t h = 0; h < n_heads; ++h) {
+      const int64_t th = ti * n_heads + h;
+      const __m512 inv =
+          _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lsum + th * 16)));
+      for (int32_t c = 0; c < nc; ++c) {
+        _mm512_storeu_ps(out + h * hd + 16 * c,
+                         _mm512_mul_ps(_mm512_loadu_ps(acc + th * hd + 16 * c), inv));
+      }
     }
   }
 }
@@ -209,16 +305,20 @@ void Attention(const AttentionTask& task, float* scratch) {
     reference::Attention(task, scratch);
     return;
   }
-  for (int64_t t = task.t_begin; t < task.t_end; ++t) {
+  // Tasks hold at most 16 tokens (the scratch is sized for that); longer ones go in pieces.
+  for (int64_t t0 = task.t_begin; t0 < task.t_end; t0 += 16) {
+    AttentionTask part = task;
+    part.t_begin = t0;
+    part.t_end = task.t_end - t0 < 16 ? task.t_end : t0 + 16;
     switch (task.kv.type) {
       case KvType::kF32:
-        AttendToken<KvType::kF32>(task, t, scratch);
+        AttendTokens<KvType::kF32>(part, scratch);
         break;
       case KvType::kF16:
-        AttendToken<KvType::kF16>(task, t, scratch);
+        AttendTokens<KvType::kF16>(part, scratch);
         break;
       case KvType::kQ8:
-        AttendToken<KvType::kQ8>(task, t, scratch);
+        AttendTokens<KvType::kQ8>(part, scratch);
         break;
     }
   }
