@@ -16,6 +16,7 @@ std::string CpuFeatures::ToString() const {
   add(avx512, "avx512");
   add(avx512_vnni, "avx512-vnni");
   add(avx512_bf16, "avx512-bf16");
+  add(avx512_vbmi, "avx512-vbmi");
   add(amx_int8, "amx-int8");
   add(neon, "neon");
   add(dotprod, "dotprod");

@@ -43,6 +43,30 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
     // Many tokens on a table with a tile engine: the prefill form (blocks of up to 256 columns,
     // weights requantized per block; kernel_table.h). Otherwise the exact per-group form.
     const bool prefill = n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr;
+    const int64_t n_panels = l.p.layout.n_panels();
+    const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
+    if (n == 1) {
+      // Decode: every thread quantizes the one activation row itself (identical results, a few
+      // hundred nanoseconds) so the step is one parallel region with no serial gap.
+      const int64_t cols = l.cols();
+      p.pool.ParallelFor(swiglu ? n_panels / 2 : n_panels, [&](int64_t b, int64_t e, int t) {
+        float* scratch = p.thread_scratch(t);
+        QuantizedRows qt;
+        qt.q = reinterpret_cast<int8_t*>(scratch);
+        qt.scale = scratch + (cols / 4 + 16) / 16 * 16;
+        qt.sum = qt.scale + cols / 32;
+        qt.n_tokens = 1;
+        qt.cols = cols;
+        qt.group = l.p.layout.group;
+        p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
+        if (swiglu) {
+          p.k.packed_gemm(l.p, qt, 2 * b, 2 * e, out);
+        } else {
+          p.k.packed_gemm(l.p, qt, b, e, out);
+        }
+      });
+      return;
+    }
     QuantizedRows q = p.s.quant;
     q.n_tokens = n;
     q.cols = l.cols();
@@ -55,9 +79,8 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       part.n_tokens = e - b;
       p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
     });
-    const int64_t n_panels = l.p.layout.n_panels();
     const auto gemm = prefill ? p.k.prefill_gemm : p.k.packed_gemm;
-    if (out.epilogue == Epilogue::kSwiGlu) {
+    if (swiglu) {
       p.pool.ParallelFor(n_panels / 2,
                          [&](int64_t b, int64_t e, int) { gemm(l.p, q, 2 * b, 2 * e, out); });
     } else {
@@ -152,15 +175,22 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   const int64_t n_tasks = c.n_kv_heads * n_blocks;
   const int32_t group = c.gqa_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  p.pool.ParallelFor(c.n_kv_heads, [&](int64_t b, int64_t e, int) {
-    for (int64_t g = b; g < e; ++g) {
-      p.k.kv_store(p.kv.head(layer, static_cast<int32_t>(g)), p.pos0, p.n_tokens, qkv + qd + g * hd,
-                   ld, qkv + qd + kvd + g * hd, ld);
-    }
-  });
+  auto store = [&](int64_t g) {
+    p.k.kv_store(p.kv.head(layer, static_cast<int32_t>(g)), p.pos0, p.n_tokens, qkv + qd + g * hd,
+                 ld, qkv + qd + kvd + g * hd, ld);
+  };
+  // With one token block per head, a head's task stores its own keys and values first (one
+  // parallel region); otherwise every block of a head needs the whole chunk stored before.
+  const bool store_in_task = n_blocks == 1;
+  if (!store_in_task) {
+    p.pool.ParallelFor(c.n_kv_heads, [&](int64_t b, int64_t e, int) {
+      for (int64_t g = b; g < e; ++g) store(g);
+    });
+  }
   p.pool.ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
     for (int64_t task_id = b; task_id < e; ++task_id) {
       const int64_t g = task_id / n_blocks, block = task_id % n_blocks;
+      if (store_in_task) store(g);
       AttentionTask task;
       task.q = qkv + g * group * hd;
       task.ldq = ld;

@@ -262,13 +262,50 @@ void RequantizePanel(const PanelGeom& g, const uint8_t* panel, int32_t block, in
       __m512 d, m;
       scales_of(gi, &d, &m);
       const __m512 alpha = _mm512_mul_ps(d, inv), beta = _mm512_mul_ps(m, inv);
+      const uint8_t* grp = panel + static_cast<size_t>(gi) * g.group_bytes;
+      int8_t* dst = tiles + gi * g.group * 16;
+      if (g.u4) {
+        // Sixteen codes per row: a table of every row's 16 requantized values (computed as the
+        // reference computes each weight), then every code vector is looked up with byte permutes
+        // (VPERMI2B: 8 rows x 16 codes per register pair).
+        alignas(64) float a_rows[16], b_rows[16];
+        _mm512_store_ps(a_rows, alpha);
+        _mm512_store_ps(b_rows, beta);
+        alignas(64) int8_t lut[256];
+        const __m512 codes_f = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        for (int r = 0; r < 16; ++r) {
+          __m512i qv = _mm512_cvtps_epi32(_mm512_add_ps(
+              _mm512_mul_ps(_mm512_set1_ps(a_rows[r]), codes_f), _mm512_set1_ps(b_rows[r])));
+          qv = _mm512_min_epi32(_mm512_max_epi32(qv, lo), hi);
+          _mm_store_si128(reinterpret_cast<__m128i*>(lut + 16 * r), _mm512_cvtepi32_epi8(qv));
+        }
+        const __m512i t0 = _mm512_load_si512(lut), t1 = _mm512_load_si512(lut + 64);
+        const __m512i t2 = _mm512_load_si512(lut + 128), t3 = _mm512_load_si512(lut + 192);
+        // Byte 4r + j of a code vector belongs to row r: table offset (r % 8) * 16.
+        const __m512i row_off = _mm512_set_epi32(
+            0x70707070, 0x60606060, 0x50505050, 0x40404040, 0x30303030, 0x20202020, 0x10101010, 0,
+            0x70707070, 0x60606060, 0x50505050, 0x40404040, 0x30303030, 0x20202020, 0x10101010, 0);
+        const __m512i nib = _mm512_set1_epi8(0x0f);
+        auto lookup = [&](__m512i codes) {
+          const __m512i idx = _mm512_or_si512(codes, row_off);
+          const __m512i rows0_7 = _mm512_permutex2var_epi8(t0, idx, t1);
+          const __m512i rows8_15 = _mm512_permutex2var_epi8(t2, idx, t3);
+          return _mm512_mask_blend_epi8(0xffffffff00000000ull, rows0_7, rows8_15);
+        };
+        const int32_t half = g.group / 8;
+        for (int32_t i = 0; i < half; ++i) {
+          const __m512i v = _mm512_loadu_si512(grp + 64 * i);
+          _mm512_store_si512(dst + 64 * i, lookup(_mm512_and_si512(v, nib)));
+          _mm512_store_si512(dst + 64 * (i + half),
+                             lookup(_mm512_and_si512(_mm512_srli_epi16(v, 4), nib)));
+        }
+        continue;
+      }
       __m512 ea[4], eb[4];
       for (int q = 0; q < 4; ++q) {
         ea[q] = ExpandRows(alpha, q);
         eb[q] = ExpandRows(beta, q);
       }
-      const uint8_t* grp = panel + static_cast<size_t>(gi) * g.group_bytes;
-      int8_t* dst = tiles + gi * g.group * 16;
       for (int32_t qi = 0; qi < g.group / 4; ++qi) {
         const __m512i codes = QuadCodes(grp, g.u4, g.group, qi);
         for (int q = 0; q < 4; ++q) {

@@ -58,8 +58,11 @@ template <int NH>
 inline void BlockScores(const float* q, int32_t hd, const float* kf, __m512* s) {
   for (int h = 0; h < NH; ++h) s[h] = _mm512_setzero_ps();
   for (int32_t d = 0; d < hd; ++d) {
-    const __m512 kd = _mm512_loadu_ps(kf + 16 * d);
-    for (int h = 0; h < NH; ++h) s[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * hd + d]), kd, s[h]);
+    __m512 kd = _mm512_loadu_ps(kf + 16 * d);
+    // Keep the K row in a register: left to itself the compiler re-reads it from memory for every
+    // head, doubling the loads of this load-bound loop.
+    __asm__("" : "+v"(kd));
+    for (int h = 0; h < NH; ++h) s[h] = _mm512_fmadd_ps(kd, _mm512_set1_ps(q[h * hd + d]), s[h]);
   }
 }
 
