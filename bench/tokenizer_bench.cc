@@ -55,7 +55,7 @@ BENCHMARK(BM_LoadTokenizerJson)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 // A GGUF holding only the tokenizer metadata, as llama.cpp's converter writes it.
 std::string WriteTokenizerGguf(const Tokenizer& tok) {
   const std::string path = "/tmp/pocket_tokenizer_bench.gguf";
-  const TokenizerSpec& spec = tok.spec();
+  const TokenizerSpec spec = tok.FullSpec();
   GgufWriter w;
   w.SetString("general.architecture", "qwen3");
   w.SetString("tokenizer.ggml.model", "gpt2");

@@ -95,7 +95,7 @@ Command AddInfoCommand(CLI::App& root) {
                               : 0.0);
             }
             if (m.tokenizer()) {
-              const TokenizerSpec& spec = m.tokenizer()->spec();
+              const TokenizerSpec spec = m.tokenizer()->FullSpec();
               std::printf("tokenizer:    %d tokens, %zu merges, bos %d, eos %d, pad %d\n",
                           m.tokenizer()->vocab_size(), spec.merges.size(), spec.bos_id, spec.eos_id,
                           spec.pad_id);

@@ -258,7 +258,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   PocketWriter writer;
   writer.SetMetadataJson(MetadataJson(*model, options, input));
   if (const Tokenizer* tok = model->tokenizer()) {
-    POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizerSpec(tok->spec()));
+    POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizerSpec(tok->FullSpec()));
     writer.AddSection("tokenizer", std::move(bytes));
     if (!tok->spec().chat_template.empty())
       writer.AddSection("chat_template", tok->spec().chat_template);

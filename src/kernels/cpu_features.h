@@ -13,7 +13,7 @@ struct CpuFeatures {
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
   bool avx512_vbmi = false;  // byte permutes (VPERMB, VPERMI2B)
-  bool amx_int8 = false;  // AMX-TILE + AMX-INT8 (+ VBMI), with the OS granting tile data
+  bool amx_int8 = false;     // AMX-TILE + AMX-INT8 (+ VBMI), with the OS granting tile data
   // ARM64
   bool neon = false;
   bool dotprod = false;  // SDOT / UDOT

@@ -278,17 +278,12 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
   s.per_thread_floats = (s.per_thread_floats + 15) / 16 * 16;
   // Byte sizes of every slice, each rounded up to 64 bytes.
   const size_t sizes[] = {
-      b * d * 4,
-      dense ? b * std::max(d, qd) * 4 : 0,
-      b * (qd + 2 * kvd) * 4,
-      b * qd * 4,
-      b * ff * 4,
-      dense ? b * ff * 4 : 0,
+      b * d * 4, dense ? b * std::max(d, qd) * 4 : 0,
+      // The attention block's [qkv | attn] and the FFN's [gate | up] are never live at once: one
+      // region holds either.
+      std::max(b * (qd + 2 * kvd) * 4 + b * qd * 4, b * ff * 4 * (dense ? 2 : 1)), 0, 0, 0,
       b * max_cols,  // int8 activations
-      b * (max_cols / 32) * 4,
-      b * (max_cols / 32) * 4,
-      b * half * 4,
-      b * half * 4,
+      b * (max_cols / 32) * 4, b * (max_cols / 32) * 4, b * half * 4, b * half * 4,
       static_cast<size_t>(n_threads) * static_cast<size_t>(s.per_thread_floats) * 4};
   size_t total = 0;
   for (size_t n : sizes) total += (n + 63) / 64 * 64;
@@ -306,9 +301,9 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
   s.x = reinterpret_cast<float*>(slots[0]);
   s.xn = reinterpret_cast<float*>(slots[1]);
   s.qkv = reinterpret_cast<float*>(slots[2]);
-  s.attn = reinterpret_cast<float*>(slots[3]);
-  s.gate = reinterpret_cast<float*>(slots[4]);
-  s.up = reinterpret_cast<float*>(slots[5]);
+  s.attn = s.qkv + b * (qd + 2 * kvd);
+  s.gate = reinterpret_cast<float*>(slots[2]);
+  s.up = dense ? s.gate + b * ff : nullptr;
   s.quant.q = reinterpret_cast<int8_t*>(slots[6]);
   s.quant.scale = reinterpret_cast<float*>(slots[7]);
   s.quant.sum = reinterpret_cast<float*>(slots[8]);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "base/mapped_file.h"
 #include "base/timer.h"
 #include "kernels/select.h"
 #include "tokenizer/spec_io.h"
@@ -63,6 +64,14 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   } else if (src.kind() == SourceKind::kHfDirectory && !src.hf()->tokenizer_json_path().empty()) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_,
                             Tokenizer::FromHfJsonFile(src.hf()->tokenizer_json_path()));
+  }
+  if (src.kind() == SourceKind::kPocket) {
+    // Everything but the tensors has been parsed into the model's own structures: let the
+    // mapped pages of those sections go (they would otherwise stay in the resident set).
+    for (const char* section : {"meta", "tokenizer", "chat_template", "tensors"}) {
+      const std::string_view bytes = src.pocket()->Section(section);
+      if (!bytes.empty()) ReleaseMappedPages(bytes.data(), bytes.size());
+    }
   }
   if (m->tokenizer_ && m->tokenizer_->vocab_size() > m->config_.vocab_size) {
     return InvalidArgumentError(path, ": the tokenizer has ", m->tokenizer_->vocab_size(),

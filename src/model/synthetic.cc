@@ -105,7 +105,7 @@ std::string FormatFloat(double v) {
 StatusOr<std::shared_ptr<const Tokenizer>> FitTokenizer(const SyntheticOptions& o) {
   if (!o.tokenizer || o.tokenizer->vocab_size() <= o.config.vocab_size) return o.tokenizer;
   POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec,
-                          TruncateVocab(o.tokenizer->spec(), o.config.vocab_size));
+                          TruncateVocab(o.tokenizer->FullSpec(), o.config.vocab_size));
   return Tokenizer::FromSpec(std::move(spec));
 }
 
@@ -187,7 +187,7 @@ Status WriteSyntheticGguf(const SyntheticOptions& o, const std::string& path) {
 
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, FitTokenizer(o));
   if (tok) {
-    const TokenizerSpec& spec = tok->spec();
+    const TokenizerSpec spec = tok->FullSpec();
     if (spec.kind != TokenizerKind::kByteLevelBpe) {
       return UnimplementedError("only byte-level BPE tokenizers can be stored in GGUF here");
     }

@@ -98,8 +98,26 @@ Status ByteLevelBpeTokenizer::Build() {
                            "), so some text could not be encoded");
     }
   }
-  POCKET_RETURN_IF_ERROR(BuildMerges());
+  if (spec_.merges.empty() && !spec_.merge_ids.empty()) {
+    POCKET_RETURN_IF_ERROR(BuildMergesFromIds());
+  } else {
+    merge_ids_.reserve(spec_.merges.size());
+    POCKET_RETURN_IF_ERROR(BuildMerges());
+  }
+  // The tables hold what encoding needs; the merge strings would only cost memory.
+  spec_.merges = {};
+  spec_.merge_ids = {};
   return Status::Ok();
+}
+
+TokenizerSpec ByteLevelBpeTokenizer::FullSpec() const {
+  TokenizerSpec full = spec_;
+  full.merges.reserve(merge_ids_.size());
+  for (const auto& [left, right] : merge_ids_) {
+    full.merges.emplace_back(spec_.tokens[static_cast<size_t>(left)],
+                             spec_.tokens[static_cast<size_t>(right)]);
+  }
+  return full;
 }
 
 // Merges are resolved in chunks so that the hash-table probes of a chunk can be prefetched
@@ -182,9 +200,55 @@ Status ByteLevelBpeTokenizer::BuildMerges() {
       }
       const PairTable::Value value = {static_cast<int32_t>(chunk + k), merged};
       merges_.Set(left, right, value);
+      merge_ids_.emplace_back(left, right);
       if (left < kDensePairIds && right < kDensePairIds) {
         dense_pairs_[static_cast<size_t>(left) * kDensePairIds + right] = value;
       }
+    }
+  }
+  return Status::Ok();
+}
+
+// The .pocket form: merges by token id, so the merged bytes are the parts' bytes joined.
+Status ByteLevelBpeTokenizer::BuildMergesFromIds() {
+  const auto n_tokens = static_cast<int32_t>(spec_.tokens.size());
+  merge_ids_ = std::move(spec_.merge_ids);
+  merges_.Reserve(merge_ids_.size());
+  dense_pairs_.assign(static_cast<size_t>(kDensePairIds) * kDensePairIds, PairTable::Value{-1, -1});
+  std::string merged_bytes;
+  int64_t guess_offset = -1;  // merged token id - merge rank, when that is constant (see above)
+  size_t guess_hits = 0;
+  for (size_t rank = 0; rank < merge_ids_.size(); ++rank) {
+    const auto [left, right] = merge_ids_[rank];
+    const auto error = [&](std::string_view problem) {
+      const bool ok_left = left >= 0 && left < n_tokens, ok_right = right >= 0 && right < n_tokens;
+      return DataLossError(
+          "merge ", rank, " (token ", left, " ",
+          ok_left ? QuoteBytes(spec_.tokens[left]) : std::string("?"), ", token ", right, " ",
+          ok_right ? QuoteBytes(spec_.tokens[right]) : std::string("?"), "): ", problem);
+    };
+    if (left < 0 || left >= n_tokens || !IsRegular(left))
+      return error("its left part is not a regular token of the vocabulary");
+    if (right < 0 || right >= n_tokens || !IsRegular(right))
+      return error("its right part is not a regular token of the vocabulary");
+    merged_bytes.assign(bytes_.Get(left));
+    merged_bytes.append(bytes_.Get(right));
+    int32_t merged = -1;
+    const int64_t guess = guess_offset + static_cast<int64_t>(rank);
+    if (guess_offset >= 0 && guess < bytes_.size() && IsRegular(static_cast<int32_t>(guess)) &&
+        bytes_.Get(static_cast<int32_t>(guess)) == merged_bytes) {
+      merged = static_cast<int32_t>(guess);
+      ++guess_hits;
+    } else {
+      merged = bytes_.Find(merged_bytes);
+      if (rank == 0 && merged >= 0) guess_offset = merged;
+    }
+    if (rank == 1024 && guess_hits * 2 < rank) guess_offset = -1;
+    if (merged < 0) return error("the merged token is not in the vocabulary");
+    const PairTable::Value value = {static_cast<int32_t>(rank), merged};
+    merges_.Set(left, right, value);
+    if (left < kDensePairIds && right < kDensePairIds) {
+      dense_pairs_[static_cast<size_t>(left) * kDensePairIds + right] = value;
     }
   }
   return Status::Ok();

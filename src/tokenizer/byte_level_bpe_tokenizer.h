@@ -23,12 +23,14 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
                                         const EncodeOptions& options = {}) const override;
   std::string_view TokenBytes(int32_t id) const override;
   int32_t FindToken(std::string_view stored) const override;
+  TokenizerSpec FullSpec() const override;
 
  private:
   struct EncodeState;
   explicit ByteLevelBpeTokenizer(TokenizerSpec spec) : Tokenizer(std::move(spec)) {}
   Status Build();
   Status BuildMerges();
+  Status BuildMergesFromIds();
   bool IsRegular(int32_t id) const;  // indexed by bytes: not added, not unused
   Status MergeError(size_t rank, std::string_view problem) const;
   // Encodes text that holds no added tokens.
@@ -42,7 +44,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   // where every word starts), as a dense table that stays in cache. {-1, -1}: no merge.
   static constexpr int32_t kDensePairIds = 256;
   std::vector<PairTable::Value> dense_pairs_;
-  std::array<int32_t, 256> byte_ids_{};  // byte -> the token of that single byte
+  std::array<int32_t, 256> byte_ids_{};                 // byte -> the token of that single byte
+  std::vector<std::pair<int32_t, int32_t>> merge_ids_;  // the merges' parts by id, in rank order
   AddedTokenMatcher added_;
   std::unordered_map<std::string, int32_t> added_ids_;  // added token text -> id
 };

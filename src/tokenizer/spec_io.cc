@@ -46,6 +46,19 @@ StatusOr<std::string> SerializeTokenizerSpec(const TokenizerSpec& spec) {
   for (const std::string& t : spec.tokens) out += t;
   Put<uint32_t>(out, spec.scores.empty() ? 0 : 1);
   for (float s : spec.scores) Put<float>(out, s);
+  if (spec.merges.empty() && !spec.merge_ids.empty()) {
+    Put<uint32_t>(out, static_cast<uint32_t>(spec.merge_ids.size()));
+    for (const auto& [a, b] : spec.merge_ids) {
+      if (a < 0 || b < 0 || static_cast<uint32_t>(a) >= n || static_cast<uint32_t>(b) >= n) {
+        return InvalidArgumentError("a merge names token ",
+                                    a < 0 || static_cast<uint32_t>(a) >= n ? a : b,
+                                    ", outside the vocabulary");
+      }
+      Put<uint32_t>(out, static_cast<uint32_t>(a));
+      Put<uint32_t>(out, static_cast<uint32_t>(b));
+    }
+    return out;
+  }
   std::unordered_map<std::string_view, uint32_t> ids;
   ids.reserve(spec.tokens.size());
   for (uint32_t i = 0; i < n; ++i) ids.emplace(spec.tokens[i], i);
@@ -132,14 +145,15 @@ StatusOr<TokenizerSpec> DeserializeTokenizerSpec(std::string_view bytes, const s
   POCKET_RETURN_IF_ERROR(r.Read(&n_merges, "merge count"));
   if (n_merges > r.remaining() / 8)
     return DataLossError(what, ": merge count ", n_merges, " does not fit");
-  spec.merges.reserve(n_merges);
+  // Kept by id: the tokenizer resolves them without building a string per merge.
+  spec.merge_ids.reserve(n_merges);
   for (uint32_t i = 0; i < n_merges; ++i) {
     uint32_t a = 0, b = 0;
     POCKET_RETURN_IF_ERROR(r.Read(&a, "merge"));
     POCKET_RETURN_IF_ERROR(r.Read(&b, "merge"));
     if (a >= n || b >= n)
       return DataLossError(what, ": merge ", i, " names token ", a >= n ? a : b);
-    spec.merges.emplace_back(spec.tokens[a], spec.tokens[b]);
+    spec.merge_ids.emplace_back(static_cast<int32_t>(a), static_cast<int32_t>(b));
   }
   for (int32_t id : {spec.bos_id, spec.eos_id, spec.pad_id, spec.unk_id}) {
     if (id < -1 || id >= static_cast<int32_t>(n)) {

@@ -39,6 +39,8 @@ struct TokenizerSpec {
   std::vector<float> scores;     // llama2.c merge scores (same size as tokens), else empty
   // Byte-level BPE merges in rank order, each the two parts in stored form.
   std::vector<std::pair<std::string, std::string>> merges;
+  // The same by token id (the .pocket form): used when `merges` is empty.
+  std::vector<std::pair<int32_t, int32_t>> merge_ids;
   // Pre-tokenizer: "qwen2" (the Qwen2/Qwen3 split regex). Others are a clear error.
   std::string pre_tokenizer = "qwen2";
   bool normalize_nfc = true;
@@ -89,7 +91,11 @@ class Tokenizer {
   // an error naming the position.
   StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
 
+  // The spec the tokenizer was built from. Byte-level BPE tokenizers keep their merges in compact
+  // internal tables and leave spec().merges empty (the strings cost megabytes an app never
+  // needs); FullSpec() rebuilds the complete spec, merges included, for tools that write one.
   const TokenizerSpec& spec() const { return spec_; }
+  virtual TokenizerSpec FullSpec() const { return spec_; }
   int32_t vocab_size() const { return static_cast<int32_t>(spec_.tokens.size()); }
   bool IsSpecial(int32_t id) const;  // kControl tokens
   // Token id of an exact token string (stored form), or -1.

@@ -12,7 +12,7 @@ namespace {
 
 TEST(VocabFitTest, Qwen3To64K) {
   POCKET_QWEN3_OR_FAIL(full);
-  auto spec = TruncateVocab(full->spec(), 65536);
+  auto spec = TruncateVocab(full->FullSpec(), 65536);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->tokens.size(), 65536u);
   EXPECT_EQ(spec->merges.size(), 65510u - 256u);
@@ -56,19 +56,19 @@ TEST(VocabFitTest, Qwen3To64K) {
 
 TEST(VocabFitTest, FullSizeIsIdentity) {
   POCKET_QWEN3_OR_FAIL(full);
-  auto spec = TruncateVocab(full->spec(), full->vocab_size());
+  auto spec = TruncateVocab(full->FullSpec(), full->vocab_size());
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->tokens, full->spec().tokens);
-  EXPECT_EQ(spec->merges, full->spec().merges);
+  EXPECT_EQ(spec->merges, full->FullSpec().merges);
   EXPECT_EQ(spec->eos_id, full->spec().eos_id);
 }
 
 TEST(VocabFitTest, Errors) {
   POCKET_QWEN3_OR_FAIL(full);
-  EXPECT_EQ(TruncateVocab(full->spec(), 200).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(TruncateVocab(full->spec(), 200000).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(TruncateVocab(full->FullSpec(), 200).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(TruncateVocab(full->FullSpec(), 200000).status().code(), StatusCode::kInvalidArgument);
   // A vocabulary whose ids are not in merge-rank order is not closed under the cut.
-  TokenizerSpec shuffled = full->spec();
+  TokenizerSpec shuffled = full->FullSpec();
   std::swap(shuffled.tokens[300], shuffled.tokens[100000]);
   auto broken = TruncateVocab(shuffled, 65536);
   ASSERT_FALSE(broken.ok());
