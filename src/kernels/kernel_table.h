@@ -108,14 +108,15 @@ struct KernelTable {
                       int64_t panel_end, const GemmOut& out);
 
   // The prefill form of packed_gemm for many tokens, where weights are requantized on the fly.
-  // For every row r and block b of a.group columns (a multiple of the packed group dividing the
-  // columns): amax = the largest |m| or |d * c_max + m| over the block's groups (c_max = 15 or
-  // 255: the group's representable range), inv = 127 / amax, D = amax / 127, and each weight
+  // For every row r: amax = the largest |m| or |d * c_max + m| over the row's groups (c_max = 15
+  // or 255: the group's representable range), inv = 127 / amax, D = amax / 127, and each weight
   // becomes q' = clamp(nearbyint(a * code + b), -127, 127) with a = d * inv, b = m * inv (per
-  // group; multiply, then add). Then y[t][r] = sum over blocks, in order, of
-  // fma((float) sum_k q' * a.q, a.scale[t][b] * D, y). Activations are quantized per block (a.sum
-  // unused). Integer accumulation over whole blocks lets tile engines (AMX) run without a float
-  // epilogue after every group. Null in tables without such an engine.
+  // group; multiply, then add). Activations are quantized per block of a.group columns (a multiple
+  // of the packed group dividing the columns; a.sum unused). Then y[t][r] = D * acc, where acc is
+  // the sum over blocks b, in order, of fma((float) sum_k q' * a.q, a.scale[t][b], acc) (the first
+  // block: a plain product). Integer accumulation over whole blocks lets tile engines (AMX) run
+  // without a float epilogue after every group, and one scale per row keeps the epilogue of a
+  // block to one multiply-add per output. Null in tables without such an engine.
   void (*prefill_gemm)(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                        int64_t panel_end, const GemmOut& out);
 

@@ -143,33 +143,31 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
   const int32_t block = a.group;
   const int64_t n_blocks = l.cols / block;
   std::vector<int8_t> q(static_cast<size_t>(kPanelRows * l.cols));
-  std::vector<float> scale(static_cast<size_t>(kPanelRows * n_blocks));
+  std::vector<float> scale(static_cast<size_t>(kPanelRows));
   std::vector<float> gates(static_cast<size_t>(a.n_tokens * kPanelRows));
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     // Requantize the panel's rows block by block, from each group's (d, m).
     const float c_max = l.codes == PackedCodes::kU4 ? 15.0f : 255.0f;
     for (int64_t r = 0; r < kPanelRows; ++r) {
       const int64_t row = p * kPanelRows + r;
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        float amax = 0.0f;
-        int code;
-        float d, m;
+      float amax = 0.0f;
+      int code;
+      float d, m;
+      if (row < l.rows) {
+        for (int64_t k = 0; k < l.cols; k += l.group) {
+          PackedWeight(w, row, k, &code, &d, &m);
+          amax = std::max(amax, std::max(std::fabs(m), std::fabs(d * c_max + m)));
+        }
+      }
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      scale[r] = amax / 127.0f;
+      for (int64_t k = 0; k < l.cols; ++k) {
+        float v = 0.0f;
         if (row < l.rows) {
-          for (int64_t k = b * block; k < (b + 1) * block; k += l.group) {
-            PackedWeight(w, row, k, &code, &d, &m);
-            amax = std::max(amax, std::max(std::fabs(m), std::fabs(d * c_max + m)));
-          }
+          PackedWeight(w, row, k, &code, &d, &m);
+          v = std::nearbyint((d * inv) * static_cast<float>(code) + m * inv);
         }
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        scale[r * n_blocks + b] = amax / 127.0f;
-        for (int64_t k = b * block; k < (b + 1) * block; ++k) {
-          float v = 0.0f;
-          if (row < l.rows) {
-            PackedWeight(w, row, k, &code, &d, &m);
-            v = std::nearbyint((d * inv) * static_cast<float>(code) + m * inv);
-          }
-          q[r * l.cols + k] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
-        }
+        q[r * l.cols + k] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
       }
     }
     for (int64_t t = 0; t < a.n_tokens; ++t) {
@@ -181,10 +179,9 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
           for (int32_t k = 0; k < block; ++k) {
             acc += q[r * l.cols + b * block + k] * a.q[t * a.cols + b * block + k];
           }
-          const float sd = a.scale[t * n_blocks + b] * scale[r * n_blocks + b];
-          acc_f = std::fma(static_cast<float>(acc), sd, acc_f);
+          acc_f = std::fma(static_cast<float>(acc), a.scale[t * n_blocks + b], acc_f);
         }
-        y[r] = acc_f;
+        y[r] = acc_f * scale[r];
       }
       // Panels run outermost here, so a SwiGLU pair keeps each token's gate until its up panel.
       PanelEpilogue(l, out, t, p, y, &gates[static_cast<size_t>(t) * kPanelRows]);

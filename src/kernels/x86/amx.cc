@@ -232,13 +232,12 @@ struct PanelGeom {
 };
 
 // Requantizes one panel to int8 tile rows (quad vectors: [cols / 4][16 rows x 4 bytes]) and per
-// (block, row) scales D, from each group's (d, m) as kernel_table.h defines.
-void RequantizePanel(const PanelGeom& g, const uint8_t* panel, int32_t block, int64_t cols,
-                     int8_t* tiles, float* scales /* [n_blocks][16] */) {
+// row scales D, from each group's (d, m) as kernel_table.h defines.
+void RequantizePanel(const PanelGeom& g, const uint8_t* panel, int64_t cols, int8_t* tiles,
+                     float* scales /* [16] */) {
   const __m512 c_max = _mm512_set1_ps(g.u4 ? 15.0f : 255.0f);
   const __m512 neg_zero = _mm512_set1_ps(g.u4 ? -8.0f : -128.0f);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  const int32_t groups_per_block = block / g.group;
   auto scales_of = [&](int64_t gi, __m512* d, __m512* m) {
     const uint8_t* s = panel + static_cast<size_t>(gi) * g.group_bytes + g.code_bytes;
     *d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
@@ -246,19 +245,20 @@ void RequantizePanel(const PanelGeom& g, const uint8_t* panel, int32_t block, in
              ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)))
              : _mm512_mul_ps(neg_zero, *d);
   };
-  for (int64_t b = 0; b < cols / block; ++b) {
-    __m512 amax = _mm512_setzero_ps();
-    for (int32_t j = 0; j < groups_per_block; ++j) {
-      __m512 d, m;
-      scales_of(b * groups_per_block + j, &d, &m);
-      amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_abs_ps(m), _mm512_abs_ps(_mm512_add_ps(
-                                                                     _mm512_mul_ps(d, c_max), m))));
-    }
-    const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
-    const __m512 inv = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), amax);
-    _mm512_store_ps(scales + b * 16, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
-    for (int32_t j = 0; j < groups_per_block; ++j) {
-      const int64_t gi = b * groups_per_block + j;
+  const int64_t n_groups = cols / g.group;
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t gi = 0; gi < n_groups; ++gi) {
+    __m512 d, m;
+    scales_of(gi, &d, &m);
+    amax = _mm512_max_ps(
+        amax,
+        _mm512_max_ps(_mm512_abs_ps(m), _mm512_abs_ps(_mm512_add_ps(_mm512_mul_ps(d, c_max), m))));
+  }
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 inv = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), amax);
+  _mm512_store_ps(scales, _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+  {
+    for (int64_t gi = 0; gi < n_groups; ++gi) {
       __m512 d, m;
       scales_of(gi, &d, &m);
       const __m512 alpha = _mm512_mul_ps(d, inv), beta = _mm512_mul_ps(m, inv);
@@ -364,66 +364,92 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
     }
   }
   alignas(64) int8_t tiles[2][kMaxCols * 16];
-  alignas(64) float scales[2][kMaxCols / 64 * 16];
-  alignas(64) int32_t c[4][16][16];
+  alignas(64) float scales[2][16];
+  alignas(64) int32_t c[2][4][16][16];  // two blocks' integer sums (double-buffered)
   alignas(64) float acc[32][2][16];
   alignas(64) float tail_y[2][16];
   ConfigureSquare();
+  // One block's tile products for tokens t0..t0+31 and both panels, into tiles 0-3.
+  auto issue = [&](int64_t t0, int64_t b) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t k = b * block; k < (b + 1) * block; k += 64) {
+      if (pack_a) {
+        // The activation tiles come from L2: ask for the ones two steps ahead now.
+        const int64_t ahead = k + 128 < cols ? k + 128 : -1;
+        if (ahead >= 0) {
+          const int8_t* n0 = a_tiles + ((t0 / 16) * cols + ahead) * 16;
+          const int8_t* n1 = a_tiles + ((t0 / 16 + 1) * cols + ahead) * 16;
+          for (int r = 0; r < 16; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(n0 + 64 * r), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(n1 + 64 * r), _MM_HINT_T0);
+          }
+        }
+        _tile_loadd(4, a_tiles + ((t0 / 16) * cols + k) * 16, 64);
+      } else {
+        _tile_loadd(4, a.q + t0 * cols + k, cols);
+      }
+      _tile_loadd(6, tiles[0] + k * 16, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_loadd(7, tiles[1] + k * 16, 64);
+      _tile_dpbssd(1, 4, 7);
+      if (pack_a) {
+        _tile_loadd(5, a_tiles + ((t0 / 16 + 1) * cols + k) * 16, 64);
+      } else {
+        _tile_loadd(5, a.q + (t0 + 16) * cols + k, cols);
+      }
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
+  };
+  auto store = [&](int buf) {
+    _tile_stored(0, c[buf][0], 64);
+    _tile_stored(1, c[buf][1], 64);
+    _tile_stored(2, c[buf][2], 64);
+    _tile_stored(3, c[buf][3], 64);
+  };
   for (int64_t p = panel_begin; p < panel_end; p += 2) {
     const int n_panels = p + 1 < panel_end ? 2 : 1;
     for (int j = 0; j < n_panels; ++j) {
-      RequantizePanel(g, w.data + static_cast<size_t>(p + j) * g.panel_bytes, block, cols, tiles[j],
+      RequantizePanel(g, w.data + static_cast<size_t>(p + j) * g.panel_bytes, cols, tiles[j],
                       scales[j]);
     }
     if (n_panels == 1) {
       std::memset(tiles[1], 0, static_cast<size_t>(cols) * 16);
-      std::memset(scales[1], 0, sizeof(float) * static_cast<size_t>(n_blocks) * 16);
+      std::memset(scales[1], 0, sizeof(scales[1]));
     }
-    for (int64_t t0 = 0; t0 < full_tokens; t0 += 32) {
-      for (int i = 0; i < 32; ++i)
-        for (int j = 0; j < 2; ++j) _mm512_store_ps(acc[i][j], _mm512_setzero_ps());
-      for (int64_t b = 0; b < n_blocks; ++b) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t k = b * block; k < (b + 1) * block; k += 64) {
-          if (pack_a) {
-            _tile_loadd(4, a_tiles + ((t0 / 16) * cols + k) * 16, 64);
-          } else {
-            _tile_loadd(4, a.q + t0 * cols + k, cols);
-          }
-          _tile_loadd(6, tiles[0] + k * 16, 64);
-          _tile_dpbssd(0, 4, 6);
-          _tile_loadd(7, tiles[1] + k * 16, 64);
-          _tile_dpbssd(1, 4, 7);
-          if (pack_a) {
-            _tile_loadd(5, a_tiles + ((t0 / 16 + 1) * cols + k) * 16, 64);
-          } else {
-            _tile_loadd(5, a.q + (t0 + 16) * cols + k, cols);
-          }
-          _tile_dpbssd(2, 5, 6);
-          _tile_dpbssd(3, 5, 7);
-        }
-        _tile_stored(0, c[0], 64);
-        _tile_stored(1, c[1], 64);
-        _tile_stored(2, c[2], 64);
-        _tile_stored(3, c[3], 64);
+    const __m512 d_rows[2] = {_mm512_load_ps(scales[0]), _mm512_load_ps(scales[1])};
+    // Steps (token block t0, column block b) in order; step s + 1's tile products run on the AMX
+    // unit while step s's integer sums get their float epilogue on the vector units.
+    const int64_t n_steps = full_tokens / 32 * n_blocks;
+    if (n_steps > 0) {
+      issue(0, 0);
+      store(0);
+    }
+    for (int64_t step = 0; step < n_steps; ++step) {
+      const int buf = static_cast<int>(step & 1);
+      const int64_t t0 = step / n_blocks * 32, b = step % n_blocks;
+      if (step + 1 < n_steps) issue((step + 1) / n_blocks * 32, (step + 1) % n_blocks);
+      for (int i = 0; i < 32; ++i) {
+        const __m512 s_tb = _mm512_set1_ps(a.scale[(t0 + i) * n_blocks + b]);
         for (int j = 0; j < 2; ++j) {
-          const __m512 dv = _mm512_load_ps(scales[j] + b * 16);
-          for (int i = 0; i < 32; ++i) {
-            const __m512 sd = _mm512_mul_ps(_mm512_set1_ps(a.scale[(t0 + i) * n_blocks + b]), dv);
-            const __m512 ci = _mm512_cvtepi32_ps(_mm512_load_si512(c[(i / 16) * 2 + j][i % 16]));
-            _mm512_store_ps(acc[i][j], _mm512_fmadd_ps(ci, sd, _mm512_load_ps(acc[i][j])));
-          }
+          const __m512 ci = _mm512_cvtepi32_ps(_mm512_load_si512(c[buf][(i / 16) * 2 + j][i % 16]));
+          // The first block starts the sum (ci * s + 0 rounds as ci * s).
+          _mm512_store_ps(acc[i][j], b == 0 ? _mm512_mul_ps(ci, s_tb)
+                                            : _mm512_fmadd_ps(ci, s_tb, _mm512_load_ps(acc[i][j])));
         }
       }
+      if (step + 1 < n_steps) store(buf ^ 1);
+      if (b + 1 < n_blocks) continue;
       for (int i = 0; i < 32; ++i) {
         const int64_t t = t0 + i;
+        const __m512 gate = _mm512_mul_ps(_mm512_load_ps(acc[i][0]), d_rows[0]);
         if (swiglu) {
-          _mm512_storeu_ps(
-              out.y + t * out.ld + (p / 2) * 16,
-              _mm512_mul_ps(avx512::Silu(_mm512_load_ps(acc[i][0])), _mm512_load_ps(acc[i][1])));
+          _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16,
+                           _mm512_mul_ps(avx512::Silu(gate),
+                                         _mm512_mul_ps(_mm512_load_ps(acc[i][1]), d_rows[1])));
           continue;
         }
         for (int j = 0; j < n_panels; ++j) {
@@ -431,7 +457,7 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
           const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
           const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
           float* y = out.y + t * out.ld + row0;
-          __m512 v = _mm512_load_ps(acc[i][j]);
+          __m512 v = j == 0 ? gate : _mm512_mul_ps(_mm512_load_ps(acc[i][j]), d_rows[j]);
           if (out.epilogue == Epilogue::kAccumulate)
             v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
           _mm512_mask_storeu_ps(y, mask, v);
@@ -457,11 +483,11 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
                 iacc, _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                           _mm512_set1_epi8(static_cast<char>(0x80)), wq));
           }
-          const __m512 sd = _mm512_mul_ps(_mm512_set1_ps(a.scale[t * n_blocks + b]),
-                                          _mm512_load_ps(scales[j] + b * 16));
-          y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), sd, y);
+          const __m512 s_tb = _mm512_set1_ps(a.scale[t * n_blocks + b]);
+          y = b == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(iacc), s_tb)
+                     : _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), s_tb, y);
         }
-        _mm512_store_ps(tail_y[j], y);
+        _mm512_store_ps(tail_y[j], _mm512_mul_ps(y, d_rows[j]));
       }
       if (swiglu) {
         _mm512_storeu_ps(
