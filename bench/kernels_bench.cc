@@ -113,7 +113,7 @@ void Register() {
       }
     }
     if (k->prefill_gemm != nullptr) {
-      for (int32_t block : {128, 896}) {
+      for (int32_t block : {128, 448, 896}) {
         for (int64_t n : {128, 512}) {
           const std::string name =
               "PrefillGemm/" + t + "/u4g64/block" + std::to_string(block) + "/" + std::to_string(n);

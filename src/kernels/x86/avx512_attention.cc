@@ -56,14 +56,18 @@ constexpr int kMaxHeadChunk = 8;  // query heads whose scores are computed toget
 // The head count is a template parameter so the accumulators stay in registers.
 template <int NH>
 inline void BlockScores(const float* q, int32_t hd, const float* kf, __m512* s) {
-  for (int h = 0; h < NH; ++h) s[h] = _mm512_setzero_ps();
+  // Local accumulators: written through `s` inside the loop, the compiler (not knowing `s` does
+  // not alias q or kf) would store every one of them at every step.
+  __m512 a[NH];
+  for (int h = 0; h < NH; ++h) a[h] = _mm512_setzero_ps();
   for (int32_t d = 0; d < hd; ++d) {
     __m512 kd = _mm512_loadu_ps(kf + 16 * d);
     // Keep the K row in a register: left to itself the compiler re-reads it from memory for every
     // head, doubling the loads of this load-bound loop.
     __asm__("" : "+v"(kd));
-    for (int h = 0; h < NH; ++h) s[h] = _mm512_fmadd_ps(kd, _mm512_set1_ps(q[h * hd + d]), s[h]);
+    for (int h = 0; h < NH; ++h) a[h] = _mm512_fmadd_ps(kd, _mm512_set1_ps(q[h * hd + d]), a[h]);
   }
+  for (int h = 0; h < NH; ++h) s[h] = a[h];
 }
 
 inline void BlockScoresN(int32_t nh, const float* q, int32_t hd, const float* kf, __m512* s) {
@@ -205,8 +209,10 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
           const int64_t th = ti * n_heads + h0 + h;
           const __m512 sc =
               _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), mask, _mm512_mul_ps(s[h], kscale));
-          const float block_max = _mm512_reduce_max_ps(sc);
-          if (block_max > run_max[th]) {
+          // The maximum is only reduced when some score passes the running one (rare after the
+          // first blocks); otherwise nothing changes.
+          if (_mm512_cmp_ps_mask(sc, _mm512_set1_ps(run_max[th]), _CMP_GT_OQ) != 0) {
+            const float block_max = _mm512_reduce_max_ps(sc);
             const float correction = std::exp(run_max[th] - block_max);
             run_max[th] = block_max;
             const __m512 vc = _mm512_set1_ps(correction);
