@@ -5,6 +5,7 @@
 // AVX-512 copy the linker could pick for baseline callers).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,6 +85,15 @@ inline __m512i Bcast32(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc += dot(u8 lanes of w, the 4 signed bytes at p broadcast), with the broadcast folded into
+// the instruction's memory operand (compilers otherwise emit a separate broadcast for each).
+inline __m512i DotBcast(__m512i acc, __m512i w, const int8_t* p) {
+  __asm__("vpdpbusd %[a]%{1to16%}, %[w], %[acc]"
+          : [acc] "+v"(acc)
+          : [w] "v"(w), [a] "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // Integer dot products of one group of one panel with kTokens tokens' activations.
 template <int kTokens>
 inline void GroupDots(const uint8_t* block, bool u4, int32_t group, const int8_t* const* aq,
@@ -92,24 +102,22 @@ inline void GroupDots(const uint8_t* block, bool u4, int32_t group, const int8_t
   for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_setzero_si512();
   if (u4) {
     const int32_t half = group / 8;  // vectors per group; each holds quads i and i + half
+    // Two accumulator chains per token (low and high nibbles) hide the dot product's latency.
     __m512i iacc2[kTokens];
     for (int t = 0; t < kTokens; ++t) iacc2[t] = _mm512_setzero_si512();
     for (int32_t i = 0; i < half; ++i) {
       const __m512i v = _mm512_loadu_si512(block + 64 * i);
       const __m512i lo = _mm512_and_si512(v, nib);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-      for (int t = 0; t < kTokens; ++t) {
-        iacc[t] = _mm512_dpbusd_epi32(iacc[t], lo, Bcast32(aq[t] + 4 * i));
-        iacc2[t] = _mm512_dpbusd_epi32(iacc2[t], hi, Bcast32(aq[t] + 4 * (i + half)));
-      }
+      for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], lo, aq[t] + 4 * i);
+      for (int t = 0; t < kTokens; ++t) iacc2[t] = DotBcast(iacc2[t], hi, aq[t] + 4 * (i + half));
     }
     for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_add_epi32(iacc[t], iacc2[t]);
   } else {
     const int32_t quads = group / 4;
     for (int32_t i = 0; i < quads; ++i) {
       const __m512i v = _mm512_loadu_si512(block + 64 * i);
-      for (int t = 0; t < kTokens; ++t)
-        iacc[t] = _mm512_dpbusd_epi32(iacc[t], v, Bcast32(aq[t] + 4 * i));
+      for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], v, aq[t] + 4 * i);
     }
   }
 }
@@ -198,6 +206,8 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
 }
 
 constexpr size_t kPrefetchBytes = 2048;
+// Weight bytes of the panels a many-token matmul keeps in cache at once.
+constexpr size_t kGemmChunkBytes = size_t{32} << 10;
 
 // One token (the decode step), two panels at a time: four independent dot-product chains and two
 // memory streams keep the loads in flight; the kernel runs at the speed of memory.
@@ -290,10 +300,18 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
     }
     return;
   }
-  int64_t t = 0;
-  // Blocks of tokens reuse each panel's weights from L1; the decode step (one token) streams.
-  for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, panel_begin, panel_end, out);
-  for (; t < a.n_tokens; ++t) PanelRange<1>(w, geo, a, t, panel_begin, panel_end, out);
+  // Panels in chunks that stay in cache while every token passes over them (blocks of 4 tokens
+  // share each weight load from L1); the decode step (one token) streams instead. An even chunk
+  // keeps SwiGLU (gate, up) pairs together.
+  const int64_t chunk =
+      std::max<int64_t>(2, static_cast<int64_t>(kGemmChunkBytes / geo.panel_bytes) & ~int64_t{1});
+  for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
+    const int64_t c1 = std::min(panel_end, c0 + chunk);
+    int64_t t = 0;
+    for (; t + 8 <= a.n_tokens; t += 8) PanelRange<8>(w, geo, a, t, c0, c1, out);
+    for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, c0, c1, out);
+    for (; t < a.n_tokens; ++t) PanelRange<1>(w, geo, a, t, c0, c1, out);
+  }
 }
 
 // ---- dense float matmul -----------------------------------------------------------------------
