@@ -182,7 +182,21 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
   for (int64_t i = 0; i < nt * n_heads; ++i) run_max[i] = -INFINITY;
   const int64_t last_pos = task.pos0 + task.t_end - 1;
   const __m512 vscale = _mm512_set1_ps(task.scale);
+  // Keys and values of a block: bytes per element, and the distance the prefetches run ahead.
+  constexpr int64_t kElem = kType == KvType::kF32 ? 4 : kType == KvType::kF16 ? 2 : 1;
+  constexpr int64_t kAhead = 2;
+  const int64_t block_bytes = 16 * hd * kElem;
   for (int64_t b = 0; b <= last_pos / 16; ++b) {
+    // The cache was evicted by the weights streamed since this layer's last step: fetch the
+    // blocks ahead, so the loads below do not wait on memory one line at a time.
+    if (b + kAhead <= last_pos / 16) {
+      const char* kn = static_cast<const char*>(task.kv.k) + (b + kAhead) * block_bytes;
+      const char* vn = static_cast<const char*>(task.kv.v) + (b + kAhead) * block_bytes;
+      for (int64_t off = 0; off < block_bytes; off += 64) {
+        _mm_prefetch(kn + off, _MM_HINT_T0);
+        _mm_prefetch(vn + off, _MM_HINT_T0);
+      }
+    }
     for (int32_t d = 0; d < hd; ++d) _mm512_storeu_ps(kf + 16 * d, LoadKRow<kType>(task.kv, b, d));
     const int64_t block_valid = last_pos + 1 - 16 * b < 16 ? last_pos + 1 - 16 * b : 16;
     for (int64_t j = 0; j < block_valid; ++j) {
