@@ -41,7 +41,7 @@ struct EngineFlags {
   std::string tokenizer;
   int32_t n_threads = 0;
   int32_t n_ctx = 4096;
-  int32_t n_batch = 128;
+  int32_t n_batch = 512;
   std::string kv_type = "f16";
   std::string kernels;
   bool no_amx = false;

@@ -75,7 +75,7 @@ POCKET_API pocket_status pocket_detokenize(const pocket_model* model, const int3
 /* ---- sessions ---- */
 typedef struct pocket_session_params {
   int32_t n_ctx;   /* context tokens (default 4096, clamped to the model's) */
-  int32_t n_batch; /* prefill chunk (default 128) */
+  int32_t n_batch; /* prefill chunk (default 512) */
 } pocket_session_params;
 
 POCKET_API pocket_session_params pocket_session_default_params(void);
