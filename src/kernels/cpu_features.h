@@ -14,6 +14,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vbmi = false;  // byte permutes (VPERMB, VPERMI2B)
   bool amx_int8 = false;     // AMX-TILE + AMX-INT8 (+ VBMI), with the OS granting tile data
+  bool amx_bf16 = false;     // AMX-BF16 (with AMX-INT8 and AVX512-BF16)
   // ARM64
   bool neon = false;
   bool dotprod = false;  // SDOT / UDOT

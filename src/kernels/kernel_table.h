@@ -88,9 +88,9 @@ struct AttentionTask {
   int64_t t_end = 0;
   float scale = 1.0f;
 };
-// Scratch floats an attention call needs (a task covers at most 16 query tokens).
+// Scratch floats an attention call (either form) needs (a task covers at most 16 query tokens).
 inline int64_t AttentionScratchFloats(int32_t n_q_heads, int32_t head_dim) {
-  return 16 * int64_t{n_q_heads} * (head_dim + 40) + 32 * int64_t{head_dim} + 256;
+  return 16 * int64_t{n_q_heads} * (2 * int64_t{head_dim} + 48) + 64 * int64_t{head_dim} + 1024;
 }
 
 struct KernelTable {
@@ -142,6 +142,15 @@ struct KernelTable {
                    const float* v, int64_t ldv);
 
   void (*attention)(const AttentionTask& task, float* scratch);
+
+  // The prefill form of attention on a tile engine (null where a table has none): what
+  // reference::PrefillAttentionBf16 defines, i.e. attention with q * scale, K and V rounded to
+  // bf16, positions taken in chunks of 32, each chunk's scores in fp32 with the online softmax, and
+  // the chunk's probabilities rounded to bf16 before they weight V (fp32 sums). Tasks it does not
+  // take (other than an f16 KV cache, head sizes not a multiple of 32, a last block of fewer than
+  // 16 tokens) go to `attention`. The forward uses it for chunks of many tokens only; decode keeps
+  // the fp32 `attention`.
+  void (*prefill_attention)(const AttentionTask& task, float* scratch) = nullptr;
 
   // Machine ceilings for `pocket bench`, measured with this table's instructions:
   // reads n_bytes (a multiple of 64) as fast as possible and returns a value that depends on every

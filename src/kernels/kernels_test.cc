@@ -298,6 +298,63 @@ TEST_P(KernelsTest, AttentionWithinTolerance) {
   }
 }
 
+// The tile form of prefill attention against its definition (bf16 operands, chunks of 32: tight)
+// and against the fp32 attention (within bf16 rounding), with full and partial 16-token tasks.
+TEST_P(KernelsTest, PrefillAttentionMatchesItsDefinition) {
+  const KernelTable& k = *GetParam();
+  if (k.prefill_attention == nullptr) GTEST_SKIP() << k.name << " has no prefill attention";
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+    for (int32_t hd : {64, 128}) {
+      const int32_t n_q_heads = 7;
+      const int64_t pos0 = 37, n_tokens = 53, n_ctx = 96;  // a partial last block of 5 tokens
+      const size_t plane = static_cast<size_t>(n_ctx * hd) * KvElementBytes(type);
+      // Cache bytes past the last position are NaN: the kernel must not let them through.
+      std::vector<uint8_t> kbuf(plane, 0xff), vbuf(plane, 0xff);
+      std::vector<float> ks(n_ctx), vs(n_ctx);
+      KvHeadView kv{type, hd, kbuf.data(), vbuf.data(), ks.data(), vs.data()};
+      std::vector<float> keys = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 3, 2.0f);
+      std::vector<float> vals = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 4);
+      reference::KvStore(kv, 0, pos0 + n_tokens, keys.data(), hd, vals.data(), hd);
+      const int64_t ld = n_q_heads * hd + 5;
+      std::vector<float> q = Random(static_cast<size_t>(n_tokens * ld), 6, 2.0f);
+      std::vector<float> exact(static_cast<size_t>(n_tokens * ld)), defined(exact.size()),
+          got(exact.size());
+      std::vector<float> scratch(static_cast<size_t>(AttentionScratchFloats(n_q_heads, hd)));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += 16) {
+        AttentionTask task{q.data(),
+                           ld,
+                           exact.data(),
+                           ld,
+                           kv,
+                           n_q_heads,
+                           pos0,
+                           t0,
+                           std::min<int64_t>(n_tokens, t0 + 16),
+                           1.0f / std::sqrt(float(hd))};
+        reference::Attention(task, scratch.data());
+        task.out = defined.data();
+        reference::PrefillAttentionBf16(task, scratch.data());
+        task.out = got.data();
+        k.prefill_attention(task, scratch.data());
+      }
+      // Tasks the tiles take (f16 cache, whole 16-token blocks) follow the bf16 definition; the
+      // rest (f32 and int8 caches, the last partial block) the fp32 attention.
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const bool tiled = type == KvType::kF16 && t < n_tokens / 16 * 16;
+        for (int64_t i = 0; i < n_q_heads * hd; ++i) {
+          const size_t at = static_cast<size_t>(t * ld + i);
+          const float want = tiled ? defined[at] : exact[at];
+          ASSERT_NEAR(got[at], want, 2e-4f + 2e-4f * std::fabs(want))
+              << k.name << " kv " << KvTypeName(type) << " hd " << hd << " token " << t << " i "
+              << i << (tiled ? " (tiles)" : " (vector)");
+          ASSERT_NEAR(got[at], exact[at], 2e-2f + 2e-2f * std::fabs(exact[at]))
+              << k.name << " against fp32 attention, token " << t << " i " << i;
+        }
+      }
+    }
+  }
+}
+
 std::string TableName(const ::testing::TestParamInfo<const KernelTable*>& info) {
   return std::string(info.param->name);
 }

@@ -18,6 +18,7 @@ std::string CpuFeatures::ToString() const {
   add(avx512_bf16, "avx512-bf16");
   add(avx512_vbmi, "avx512-vbmi");
   add(amx_int8, "amx-int8");
+  add(amx_bf16, "amx-bf16");
   add(neon, "neon");
   add(dotprod, "dotprod");
   add(i8mm, "i8mm");

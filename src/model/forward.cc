@@ -195,6 +195,10 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       for (int64_t g = b; g < e; ++g) store(g);
     });
   }
+  // Many tokens on a table with a tile engine: the bf16 tile form (kernel_table.h).
+  const auto attend = p.n_tokens >= kPrefillMinTokens && p.k.prefill_attention != nullptr
+                          ? p.k.prefill_attention
+                          : p.k.attention;
   p.pool.ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
     for (int64_t task_id = b; task_id < e; ++task_id) {
       const int64_t g = task_id / n_blocks, block = task_id % n_blocks;
@@ -210,7 +214,7 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       task.t_begin = block * 16;
       task.t_end = std::min<int64_t>(p.n_tokens, block * 16 + 16);
       task.scale = scale;
-      p.k.attention(task, p.thread_scratch(thread));
+      attend(task, p.thread_scratch(thread));
     }
   });
   Project(p, l.wo, p.s.attn, qd, nullptr, {p.s.x, d, Epilogue::kAccumulate});

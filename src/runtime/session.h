@@ -21,8 +21,9 @@
 namespace pocket {
 
 struct SessionOptions {
-  int32_t n_ctx = 4096;   // context size in tokens (clamped to the model's training context)
-  int32_t n_batch = 512;  // prefill chunk (clamped to n_ctx); cancellation is checked between chunks
+  int32_t n_ctx = 4096;  // context size in tokens (clamped to the model's training context)
+  int32_t n_batch =
+      512;  // prefill chunk (clamped to n_ctx); cancellation is checked between chunks
   int32_t n_threads = 0;  // 0: one per hardware thread
   KvType kv_type = KvType::kF16;
 };

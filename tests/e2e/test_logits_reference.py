@@ -23,10 +23,12 @@ N_DECODE = 16
 TOLERANCE = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 1e-4, "q4_0": 1e-4, "q4_1": 1e-4,
              "q4_k": 1e-4, "q6_k": 1e-4}
 ORACLE = ("--no-repack", "--kv-type", "f32")
-# Fast paths: (max abs logit error, mean KL divergence in nats). Dense weights only see the f16
-# KV cache; packed weights also see int8 activations (per group of 32, as llama.cpp's Q8_0).
-FAST_TOLERANCE = {"f32": (1e-2, 1e-5), "f16": (1e-2, 1e-5), "bf16": (1e-2, 1e-5),
-                  "q4_k": (1e-2, 1e-5), "q6_k": (1e-2, 1e-5),
+# Fast paths: (max abs logit error, mean KL divergence in nats). Dense weights see the f16 KV
+# cache and, on CPUs with AMX-BF16, the prefill attention on bf16 tiles (errors of about 3e-2 on
+# logits of about 4, against 1e-2 from the f16 cache alone); packed weights also see int8
+# activations (per group of 32, as llama.cpp's Q8_0).
+FAST_TOLERANCE = {"f32": (6e-2, 1e-4), "f16": (6e-2, 1e-4), "bf16": (6e-2, 1e-4),
+                  "q4_k": (6e-2, 1e-4), "q6_k": (6e-2, 1e-4),
                   "q8_0": (0.25, 1e-3), "q4_0": (0.25, 1e-3), "q4_1": (0.25, 1e-3)}
 
 

@@ -322,6 +322,47 @@ void Attention(const AttentionTask& task, float* scratch) {
   }
 }
 
+void PrefillAttentionBf16(const AttentionTask& task, float* scratch) {
+  const int64_t hd = task.kv.head_dim;
+  const auto bf = [](float v) { return Bf16ToFloat(FloatToBf16(v)); };
+  constexpr int64_t kChunk = 32;
+  for (int64_t t = task.t_begin; t < task.t_end; ++t) {
+    const int64_t n_pos = task.pos0 + t + 1;
+    for (int32_t h = 0; h < task.n_q_heads; ++h) {
+      const float* q = task.q + t * task.ldq + h * hd;
+      float* out = task.out + t * task.ldo + h * hd;
+      float* acc = scratch;
+      for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
+      float run_max = -INFINITY, sum = 0.0f;
+      float s[kChunk];
+      for (int64_t c0 = 0; c0 < n_pos; c0 += kChunk) {
+        const int64_t valid = std::min(kChunk, n_pos - c0);
+        float chunk_max = -INFINITY;
+        for (int64_t j = 0; j < valid; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < hd; ++d)
+            dot += static_cast<double>(bf(q[d] * task.scale)) * bf(LoadK(task.kv, c0 + j, d));
+          s[j] = static_cast<float>(dot);
+          chunk_max = std::max(chunk_max, s[j]);
+        }
+        if (chunk_max > run_max) {
+          const float correction = std::exp(run_max - chunk_max);
+          for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
+          sum *= correction;
+          run_max = chunk_max;
+        }
+        for (int64_t j = 0; j < valid; ++j) {
+          const float p = std::exp(s[j] - run_max);
+          sum += p;
+          const float pb = bf(p);
+          for (int64_t d = 0; d < hd; ++d) acc[d] += pb * bf(LoadV(task.kv, c0 + j, d));
+        }
+      }
+      for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] / sum;
+    }
+  }
+}
+
 uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
   uint64_t acc[8] = {};
   const uint64_t* p = reinterpret_cast<const uint64_t*>(data);

@@ -21,6 +21,8 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64_t ldk,
              const float* v, int64_t ldv);
 void Attention(const AttentionTask& task, float* scratch);
+// The definition of KernelTable::prefill_attention (bf16 operands, chunks of 32 positions).
+void PrefillAttentionBf16(const AttentionTask& task, float* scratch);
 float Silu(float x);
 uint64_t StreamRead(const uint8_t* data, size_t n_bytes);
 double Int8Peak(double seconds);

@@ -4,9 +4,11 @@
 // with AMX and AVX-512 flags; used only when the CPU has AMX and the kernel granted tile data.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -479,6 +481,224 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
   _tile_release();
 }
 
+// ---- prefill attention on bf16 tiles ----------------------------------------------------------
+
+namespace {
+
+// Row `i` of the word permutation that interleaves two rows of 16 bf16 values (a, b) into pairs
+// (a0, b0, a1, b1, ...): the operand layout of TDPBF16PS's B tile.
+inline __m512i PairInterleave() {
+  alignas(64) uint16_t idx[32];
+  for (int n = 0; n < 16; ++n) {
+    idx[2 * n] = static_cast<uint16_t>(n);
+    idx[2 * n + 1] = static_cast<uint16_t>(16 + n);
+  }
+  return _mm512_load_si512(idx);
+}
+
+// 16 floats -> bf16 (round to nearest even) in a 32-byte half.
+inline __m256i ToBf16(__m512 v) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+}
+
+// 32 bf16 of two float rows (a first), as a 64-byte tile row.
+inline __m512i ToBf16Row(__m512 a, __m512 b) {
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+}
+
+template <KvType kType>
+inline __m512 KRow(const KvHeadView& kv, int64_t block, int64_t d) {
+  const int64_t idx = block * kv.head_dim * 16 + d * 16;
+  if constexpr (kType == KvType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(kv.k) + idx);
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.k) + idx)));
+  }
+}
+
+template <KvType kType>
+inline __m512 VRow16(const KvHeadView& kv, int64_t pos, int64_t c) {
+  const int64_t idx = pos * kv.head_dim + c;
+  if constexpr (kType == KvType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(kv.v) + idx);
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.v) + idx)));
+  }
+}
+
+inline uint8_t* AlignUp(void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<uint8_t*>((v + 63) / 64 * 64);
+}
+
+// One task of exactly 16 query tokens. Tiles (all 16 rows x 64 bytes): 0-1 results, 2 the A
+// operand (queries or probabilities), 3-4 the B operands (keys or values).
+template <KvType kType>
+void AttendTile(const AttentionTask& task, float* scratch) {
+  const int32_t hd = task.kv.head_dim, H = task.n_q_heads;
+  const int32_t n_ds = hd / 32;  // 32-dimension slices of a query or key
+  const int32_t n_vs = hd / 16;  // 16-column slices of a value row
+  // Scratch: acc [16][H][hd] f32, lsum [16][H][16] f32, run_max [16 * H] f32, cbuf [2][16][16] f32,
+  // qt [H][n_ds] tiles, kt [2][n_ds] tiles, vt [n_vs] tiles, pt [H] tiles (tiles: 1 KB of bf16).
+  float* acc = reinterpret_cast<float*>(AlignUp(scratch));
+  float* lsum = acc + 16 * H * hd;
+  float* run_max = lsum + 16 * H * 16;
+  float* cbuf = reinterpret_cast<float*>(AlignUp(run_max + 16 * H));
+  uint8_t* qt = AlignUp(cbuf + 2 * 256);
+  uint8_t* kt = qt + static_cast<size_t>(H * n_ds) * 1024;
+  uint8_t* vt = kt + static_cast<size_t>(2 * n_ds) * 1024;
+  uint8_t* pt = vt + static_cast<size_t>(n_vs) * 1024;
+  for (int64_t i = 0; i < 16 * H * hd; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
+  for (int64_t i = 0; i < 16 * H * 16; i += 16) _mm512_store_ps(lsum + i, _mm512_setzero_ps());
+  for (int64_t i = 0; i < 16 * H; ++i) run_max[i] = -INFINITY;
+  // Queries, scaled, as A tiles: tile (h, ds) row t = q[t][h][ds * 32 .. + 32].
+  const __m512 vscale = _mm512_set1_ps(task.scale);
+  for (int32_t h = 0; h < H; ++h) {
+    for (int32_t ds = 0; ds < n_ds; ++ds) {
+      uint8_t* tile = qt + static_cast<size_t>(h * n_ds + ds) * 1024;
+      for (int t = 0; t < 16; ++t) {
+        const float* q = task.q + (task.t_begin + t) * task.ldq + h * hd + ds * 32;
+        _mm512_store_si512(tile + 64 * t,
+                           ToBf16Row(_mm512_mul_ps(_mm512_loadu_ps(q), vscale),
+                                     _mm512_mul_ps(_mm512_loadu_ps(q + 16), vscale)));
+      }
+    }
+  }
+  const __m512i interleave = PairInterleave();
+  const int64_t first_pos = task.pos0 + task.t_begin;  // position of the task's first token
+  const int64_t last_pos = first_pos + 15;
+  Configure(64);
+  for (int64_t c0 = 0; c0 <= last_pos; c0 += 32) {
+    // Keys of the chunk (two blocks of 16 positions) as B tiles: tile (blk, ds) row r holds dims
+    // ds * 32 + 2r and + 1 for the block's 16 positions, interleaved. Positions past the last
+    // query hold whatever the cache has: their scores are masked, their values zeroed below.
+    for (int blk = 0; blk < 2; ++blk) {
+      const int64_t block = c0 / 16 + blk;
+      for (int32_t ds = 0; ds < n_ds; ++ds) {
+        uint8_t* tile = kt + static_cast<size_t>(blk * n_ds + ds) * 1024;
+        for (int r = 0; r < 16; ++r) {
+          if (block * 16 > last_pos) {
+            _mm512_store_si512(tile + 64 * r, _mm512_setzero_si512());
+            continue;
+          }
+          const int64_t d = ds * 32 + 2 * r;
+          const __m512i packed =
+              ToBf16Row(KRow<kType>(task.kv, block, d), KRow<kType>(task.kv, block, d + 1));
+          _mm512_store_si512(tile + 64 * r, _mm512_permutexvar_epi16(interleave, packed));
+        }
+      }
+    }
+    // Values as B tiles: tile vs row r holds positions c0 + 2r and + 1 for columns vs * 16 ..+16.
+    for (int32_t vs = 0; vs < n_vs; ++vs) {
+      uint8_t* tile = vt + static_cast<size_t>(vs) * 1024;
+      for (int r = 0; r < 16; ++r) {
+        const int64_t p = c0 + 2 * r;
+        const __m512 a = p <= last_pos ? VRow16<kType>(task.kv, p, vs * 16) : _mm512_setzero_ps();
+        const __m512 b =
+            p + 1 <= last_pos ? VRow16<kType>(task.kv, p + 1, vs * 16) : _mm512_setzero_ps();
+        _mm512_store_si512(tile + 64 * r, _mm512_permutexvar_epi16(interleave, ToBf16Row(a, b)));
+      }
+    }
+    // Scores and the online softmax, head by head; the probabilities become A tiles.
+    for (int32_t h = 0; h < H; ++h) {
+      _tile_zero(0);
+      _tile_zero(1);
+      for (int32_t ds = 0; ds < n_ds; ++ds) {
+        _tile_loadd(2, qt + static_cast<size_t>(h * n_ds + ds) * 1024, 64);
+        _tile_loadd(3, kt + static_cast<size_t>(ds) * 1024, 64);
+        _tile_loadd(4, kt + static_cast<size_t>(n_ds + ds) * 1024, 64);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_dpbf16ps(1, 2, 4);
+      }
+      _tile_stored(0, cbuf, 64);
+      _tile_stored(1, cbuf + 256, 64);
+      uint8_t* p_tile = pt + static_cast<size_t>(h) * 1024;
+      for (int t = 0; t < 16; ++t) {
+        const int64_t valid = first_pos + t + 1 - c0;  // visible positions in this chunk
+        if (valid <= 0) {
+          _mm512_store_si512(p_tile + 64 * t, _mm512_setzero_si512());
+          continue;
+        }
+        const __mmask16 m0 = avx512::MaskFor(valid),
+                        m1 = valid > 16 ? avx512::MaskFor(valid - 16) : __mmask16{0};
+        const __m512 ninf = _mm512_set1_ps(-INFINITY);
+        const __m512 s0 = _mm512_mask_mov_ps(ninf, m0, _mm512_load_ps(cbuf + 16 * t));
+        const __m512 s1 = _mm512_mask_mov_ps(ninf, m1, _mm512_load_ps(cbuf + 256 + 16 * t));
+        const int64_t th = t * H + h;
+        const __m512 smax = _mm512_max_ps(s0, s1);
+        if (_mm512_cmp_ps_mask(smax, _mm512_set1_ps(run_max[th]), _CMP_GT_OQ) != 0) {
+          const float m = _mm512_reduce_max_ps(smax);
+          const __m512 corr = _mm512_set1_ps(std::exp(run_max[th] - m));
+          run_max[th] = m;
+          _mm512_store_ps(lsum + th * 16, _mm512_mul_ps(_mm512_load_ps(lsum + th * 16), corr));
+          float* a = acc + th * hd;
+          for (int32_t c = 0; c < hd; c += 16)
+            _mm512_store_ps(a + c, _mm512_mul_ps(_mm512_load_ps(a + c), corr));
+        }
+        const __m512 vmax = _mm512_set1_ps(run_max[th]);
+        const __m512 p0 = _mm512_maskz_mov_ps(m0, avx512::Exp(_mm512_sub_ps(s0, vmax)));
+        const __m512 p1 = _mm512_maskz_mov_ps(m1, avx512::Exp(_mm512_sub_ps(s1, vmax)));
+        _mm512_store_ps(lsum + th * 16,
+                        _mm512_add_ps(_mm512_load_ps(lsum + th * 16), _mm512_add_ps(p0, p1)));
+        _mm512_store_si512(p_tile + 64 * t, ToBf16Row(p0, p1));
+      }
+    }
+    // acc += P V, two 16-column slices at a time.
+    for (int32_t vs = 0; vs < n_vs; vs += 2) {
+      _tile_loadd(3, vt + static_cast<size_t>(vs) * 1024, 64);
+      _tile_loadd(4, vt + static_cast<size_t>(vs + 1) * 1024, 64);
+      for (int32_t h = 0; h < H; ++h) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_loadd(2, pt + static_cast<size_t>(h) * 1024, 64);
+        _tile_dpbf16ps(0, 2, 3);
+        _tile_dpbf16ps(1, 2, 4);
+        _tile_stored(0, cbuf, 64);
+        _tile_stored(1, cbuf + 256, 64);
+        for (int t = 0; t < 16; ++t) {
+          float* a = acc + (t * H + h) * hd + vs * 16;
+          _mm512_store_ps(a, _mm512_add_ps(_mm512_load_ps(a), _mm512_load_ps(cbuf + 16 * t)));
+          _mm512_store_ps(
+              a + 16, _mm512_add_ps(_mm512_load_ps(a + 16), _mm512_load_ps(cbuf + 256 + 16 * t)));
+        }
+      }
+    }
+  }
+  _tile_release();
+  for (int t = 0; t < 16; ++t) {
+    float* out = task.out + (task.t_begin + t) * task.ldo;
+    for (int32_t h = 0; h < H; ++h) {
+      const int64_t th = t * H + h;
+      const __m512 inv =
+          _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(lsum + th * 16)));
+      for (int32_t c = 0; c < hd; c += 16) {
+        _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(_mm512_load_ps(acc + th * hd + c), inv));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PrefillAttention(const AttentionTask& task, float* scratch) {
+  const int32_t hd = task.kv.head_dim;
+  // The default f16 cache only: an f32 cache is the precise setting (the oracle path), int8 has
+  // per-position scales the tiles do not apply.
+  const bool tiles_fit = hd % 32 == 0 && hd <= 256 && task.kv.type == KvType::kF16;
+  for (int64_t t0 = task.t_begin; t0 < task.t_end; t0 += 16) {
+    AttentionTask part = task;
+    part.t_begin = t0;
+    part.t_end = task.t_end - t0 < 16 ? task.t_end : t0 + 16;
+    if (!tiles_fit || part.t_end - part.t_begin < 16) {
+      Avx512Kernels().attention(part, scratch);  // a last partial block: the vector form
+    } else {
+      AttendTile<KvType::kF16>(part, scratch);
+    }
+  }
+}
+
 double Int8Peak(double seconds) {
   // Four accumulator tiles fed by two A and two B tiles loaded once: TDPBSUD throughput only.
   Configure(64);
@@ -523,6 +743,7 @@ const KernelTable& AmxKernels() {
     t.packed_gemm = amx::PackedGemm;
     t.prefill_gemm = amx::PrefillGemm;
     t.int8_peak = amx::Int8Peak;
+    if (DetectCpuFeatures().amx_bf16) t.prefill_attention = amx::PrefillAttention;
     return t;
   }();
   return kTable;

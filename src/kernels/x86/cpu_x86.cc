@@ -45,7 +45,8 @@ CpuFeatures Probe() {
   __cpuid_count(7, 0, a, b, c, d);
   const bool avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1,
              avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1,
-             vbmi = (c >> 1) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+             vbmi = (c >> 1) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1,
+             amx_bf16 = (d >> 22) & 1;
   unsigned a1 = 0, b1, c1, d1;
   __cpuid_count(7, 1, a1, b1, c1, d1);
   const bool bf16 = (a1 >> 5) & 1;
@@ -57,6 +58,7 @@ CpuFeatures Probe() {
   // The AMX table also uses VBMI byte permutes (every CPU with AMX has them).
   f.amx_int8 =
       f.avx512_vnni && f.avx512_vbmi && os_amx && amx_tile && amx_int8 && RequestAmxPermission();
+  f.amx_bf16 = f.amx_int8 && f.avx512_bf16 && amx_bf16;
   return f;
 }
 
