@@ -90,7 +90,7 @@ class Binder {
                                   ShapeString({rows, cols}), ", file has ", ShapeString(t->shape));
     }
     out->packed = false;
-    out->w = WeightMatrix{t->type, rows, cols, t->data, RowBytes(t->type, cols)};
+    out->w = WeightMatrix{t->type, rows, cols, AlignedData(*t), RowBytes(t->type, cols)};
     return Status::Ok();
   }
 
@@ -105,7 +105,7 @@ class Binder {
                                   " elements cannot be ", DTypeName(t->type));
     }
     std::unique_ptr<float[]> buf(new float[static_cast<size_t>(n)]);
-    DequantizeRow(t->type, t->data, buf.get(), n);
+    DequantizeRow(t->type, AlignedData(*t), buf.get(), n);
     *out = buf.get();
     w_->owned_bytes += static_cast<size_t>(n) * sizeof(float);
     w_->owned.push_back(std::move(buf));
@@ -113,6 +113,20 @@ class Binder {
   }
 
  private:
+  // The tensor's bytes at an address aligned for its element type. Files normally align their
+  // data (GGUF to general.alignment, safetensors writers pad the header), but a safetensors
+  // header of odd length leaves every tensor misaligned; those are copied once, and counted.
+  const uint8_t* AlignedData(const TensorInfo& t) {
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) return t.data;
+    const size_t floats = (t.n_bytes + sizeof(float) - 1) / sizeof(float);
+    std::unique_ptr<float[]> copy(new float[floats]);
+    std::memcpy(copy.get(), t.data, t.n_bytes);
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(copy.get());
+    w_->owned_bytes += floats * sizeof(float);
+    w_->owned.push_back(std::move(copy));
+    return data;
+  }
+
   const ModelSource& source_;
   ModelWeights* w_;
 };
