@@ -4,9 +4,27 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "format/pocket_file.h"
 #include "tokenizer/chat_template.h"
 
 namespace pocket::cli {
+namespace {
+
+// The tensor group a tensor belongs to, by its GGUF or Hugging Face name.
+std::string TensorGroup(const TensorInfo& t, bool tied) {
+  const std::string& n = t.name;
+  auto has = [&n](const char* s) { return n.find(s) != std::string::npos; };
+  if (t.shape.size() == 1) return "norms+biases";
+  if (has("token_embd") || has("embed_tokens") || n == "tok_embeddings.weight") {
+    return tied ? "embedding=output" : "embedding";
+  }
+  if (n == "output.weight" || n == "lm_head.weight") return "output";
+  if (has("attn") || has("wq") || has("wk") || has("wv") || has("wo")) return "attention";
+  if (has("ffn") || has("mlp") || has("w1") || has("w2") || has("w3")) return "ffn";
+  return "other";
+}
+
+}  // namespace
 
 Command AddInfoCommand(CLI::App& root) {
   auto* app =
@@ -19,98 +37,129 @@ Command AddInfoCommand(CLI::App& root) {
   app->add_option("--tokenizer", *tokenizer, "tokenizer to attach");
   app->add_flag("--json", *json, "print one JSON object");
   app->add_flag("--tensors", *tensors, "list every tensor");
-  return {app, [=]() -> int {
-            auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
-            if (!model.ok()) return ReportError(model.status());
-            const Model& m = **model;
-            const ModelConfig& c = m.config();
-            struct TypeStats {
-              int64_t count = 0, elements = 0;
-              uint64_t bytes = 0;
-            };
-            std::map<std::string, TypeStats> by_type;
-            uint64_t total_bytes = 0;
-            int64_t total_elements = 0;
+  return {
+      app, [=]() -> int {
+        auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
+        if (!model.ok()) return ReportError(model.status());
+        const Model& m = **model;
+        const ModelConfig& c = m.config();
+        struct TypeStats {
+          int64_t count = 0, elements = 0;
+          uint64_t bytes = 0;
+        };
+        std::map<std::string, TypeStats> by_type, by_group;
+        uint64_t total_bytes = 0;
+        int64_t total_elements = 0;
+        for (const TensorInfo& t : m.source().tensors()) {
+          for (TypeStats* s : {&by_type[t.type_name], &by_group[TensorGroup(t, c.tied_output)]}) {
+            ++s->count;
+            s->elements += t.n_elements();
+            s->bytes += t.n_bytes;
+          }
+          total_bytes += t.n_bytes;
+          total_elements += t.n_elements();
+        }
+        std::string tmpl_family = "none";
+        if (m.tokenizer() && !m.tokenizer()->spec().chat_template.empty()) {
+          auto tmpl = ChatTemplate::Detect(m.tokenizer()->spec().chat_template);
+          tmpl_family = tmpl.ok() ? std::string(tmpl->name()) : "unrecognised";
+        }
+        if (*json) {
+          nlohmann::json j;
+          j["path"] = *path;
+          j["format"] = SourceKindName(m.source().kind());
+          j["architecture"] = ArchitectureName(c.arch);
+          j["n_layers"] = c.n_layers;
+          j["d_model"] = c.d_model;
+          j["n_heads"] = c.n_heads;
+          j["n_kv_heads"] = c.n_kv_heads;
+          j["head_dim"] = c.head_dim;
+          j["d_ff"] = c.d_ff;
+          j["vocab_size"] = c.vocab_size;
+          j["n_ctx_train"] = c.n_ctx_train;
+          j["rope_base"] = c.rope_base;
+          j["rope_style"] = c.rope_style == RopeStyle::kNeox ? "neox" : "interleaved";
+          j["rms_eps"] = c.rms_eps;
+          j["tied_output"] = c.tied_output;
+          j["n_parameters"] = total_elements;
+          j["tensor_bytes"] = total_bytes;
+          j["file_bytes"] = m.source().file_bytes();
+          for (const auto& [type, s] : by_type) {
+            j["tensor_types"][type] = {
+                {"count", s.count}, {"elements", s.elements}, {"bytes", s.bytes}};
+          }
+          for (const auto& [group, s] : by_group) {
+            j["tensor_groups"][group] = {
+                {"count", s.count},
+                {"elements", s.elements},
+                {"bytes", s.bytes},
+                {"bits_per_weight",
+                 s.elements ? 8.0 * static_cast<double>(s.bytes) / static_cast<double>(s.elements)
+                            : 0.0}};
+          }
+          if (const PocketFile* pf = m.source().pocket()) {
+            for (const PocketSection& sec : pf->sections()) {
+              j["sections"].push_back({{"name", sec.name}, {"bytes", sec.size}});
+            }
+          }
+          j["tokenizer_vocab"] = m.tokenizer() ? m.tokenizer()->vocab_size() : 0;
+          j["chat_template"] = tmpl_family;
+          if (*tensors) {
             for (const TensorInfo& t : m.source().tensors()) {
-              TypeStats& s = by_type[t.type_name];
-              ++s.count;
-              s.elements += t.n_elements();
-              s.bytes += t.n_bytes;
-              total_bytes += t.n_bytes;
-              total_elements += t.n_elements();
+              j["tensors"].push_back({{"name", t.name},
+                                      {"type", t.type_name},
+                                      {"shape", t.shape},
+                                      {"bytes", t.n_bytes}});
             }
-            std::string tmpl_family = "none";
-            if (m.tokenizer() && !m.tokenizer()->spec().chat_template.empty()) {
-              auto tmpl = ChatTemplate::Detect(m.tokenizer()->spec().chat_template);
-              tmpl_family = tmpl.ok() ? std::string(tmpl->name()) : "unrecognised";
-            }
-            if (*json) {
-              nlohmann::json j;
-              j["path"] = *path;
-              j["format"] = SourceKindName(m.source().kind());
-              j["architecture"] = ArchitectureName(c.arch);
-              j["n_layers"] = c.n_layers;
-              j["d_model"] = c.d_model;
-              j["n_heads"] = c.n_heads;
-              j["n_kv_heads"] = c.n_kv_heads;
-              j["head_dim"] = c.head_dim;
-              j["d_ff"] = c.d_ff;
-              j["vocab_size"] = c.vocab_size;
-              j["n_ctx_train"] = c.n_ctx_train;
-              j["rope_base"] = c.rope_base;
-              j["rope_style"] = c.rope_style == RopeStyle::kNeox ? "neox" : "interleaved";
-              j["rms_eps"] = c.rms_eps;
-              j["tied_output"] = c.tied_output;
-              j["n_parameters"] = total_elements;
-              j["tensor_bytes"] = total_bytes;
-              j["file_bytes"] = m.source().file_bytes();
-              for (const auto& [type, s] : by_type) {
-                j["tensor_types"][type] = {
-                    {"count", s.count}, {"elements", s.elements}, {"bytes", s.bytes}};
-              }
-              j["tokenizer_vocab"] = m.tokenizer() ? m.tokenizer()->vocab_size() : 0;
-              j["chat_template"] = tmpl_family;
-              if (*tensors) {
-                for (const TensorInfo& t : m.source().tensors()) {
-                  j["tensors"].push_back({{"name", t.name},
-                                          {"type", t.type_name},
-                                          {"shape", t.shape},
-                                          {"bytes", t.n_bytes}});
-                }
-              }
-              std::printf("%s\n", j.dump().c_str());
-              return 0;
-            }
-            std::printf("model:        %s (%s)\n", path->c_str(),
-                        std::string(SourceKindName(m.source().kind())).c_str());
-            std::printf("config:       %s\n", c.ToString().c_str());
-            std::printf("parameters:   %.1f M in %zu tensors, %s\n", total_elements / 1e6,
-                        m.source().tensors().size(), HumanBytes(total_bytes).c_str());
-            for (const auto& [type, s] : by_type) {
-              std::printf("  %-8s %5lld tensors %9.1f M weights %10s  %.2f bits/weight\n",
-                          type.c_str(), static_cast<long long>(s.count), s.elements / 1e6,
-                          HumanBytes(s.bytes).c_str(),
-                          s.elements > 0
-                              ? 8.0 * static_cast<double>(s.bytes) / static_cast<double>(s.elements)
-                              : 0.0);
-            }
-            if (m.tokenizer()) {
-              const TokenizerSpec spec = m.tokenizer()->FullSpec();
-              std::printf("tokenizer:    %d tokens, %zu merges, bos %d, eos %d, pad %d\n",
-                          m.tokenizer()->vocab_size(), spec.merges.size(), spec.bos_id, spec.eos_id,
-                          spec.pad_id);
-            } else {
-              std::printf("tokenizer:    none (pass --tokenizer)\n");
-            }
-            std::printf("chat template: %s\n", tmpl_family.c_str());
-            if (*tensors) {
-              for (const TensorInfo& t : m.source().tensors()) {
-                std::printf("  %-40s %-6s %-16s %zu\n", t.name.c_str(), t.type_name.c_str(),
-                            ShapeString(t.shape).c_str(), t.n_bytes);
-              }
-            }
-            return 0;
-          }};
+          }
+          std::printf("%s\n", j.dump().c_str());
+          return 0;
+        }
+        std::printf("model:        %s (%s)\n", path->c_str(),
+                    std::string(SourceKindName(m.source().kind())).c_str());
+        std::printf("config:       %s\n", c.ToString().c_str());
+        std::printf("parameters:   %.1f M in %zu tensors, %s; by type:\n", total_elements / 1e6,
+                    m.source().tensors().size(), HumanBytes(total_bytes).c_str());
+        for (const auto& [type, s] : by_type) {
+          std::printf(
+              "  %-8s %5lld tensors %9.1f M weights %10s  %.2f bits/weight\n", type.c_str(),
+              static_cast<long long>(s.count), s.elements / 1e6, HumanBytes(s.bytes).c_str(),
+              s.elements > 0 ? 8.0 * static_cast<double>(s.bytes) / static_cast<double>(s.elements)
+                             : 0.0);
+        }
+        std::printf("by tensor group:\n");
+        for (const auto& [group, s] : by_group) {
+          std::printf(
+              "  %-16s %5lld tensors %9.1f M weights %10s  %.3f bits/weight\n", group.c_str(),
+              static_cast<long long>(s.count), s.elements / 1e6, HumanBytes(s.bytes).c_str(),
+              s.elements > 0 ? 8.0 * static_cast<double>(s.bytes) / static_cast<double>(s.elements)
+                             : 0.0);
+        }
+        if (const PocketFile* pf = m.source().pocket()) {
+          std::printf("package:      format %u.%u, file %s, sections:", pf->version_major(),
+                      pf->version_minor(), HumanBytes(pf->file_bytes()).c_str());
+          for (const PocketSection& sec : pf->sections()) {
+            std::printf(" %s (%s)", sec.name.c_str(), HumanBytes(sec.size).c_str());
+          }
+          std::printf("\n");
+        }
+        if (m.tokenizer()) {
+          const TokenizerSpec spec = m.tokenizer()->FullSpec();
+          std::printf("tokenizer:    %d tokens, %zu merges, bos %d, eos %d, pad %d\n",
+                      m.tokenizer()->vocab_size(), spec.merges.size(), spec.bos_id, spec.eos_id,
+                      spec.pad_id);
+        } else {
+          std::printf("tokenizer:    none (pass --tokenizer)\n");
+        }
+        std::printf("chat template: %s\n", tmpl_family.c_str());
+        if (*tensors) {
+          for (const TensorInfo& t : m.source().tensors()) {
+            std::printf("  %-40s %-6s %-16s %zu\n", t.name.c_str(), t.type_name.c_str(),
+                        ShapeString(t.shape).c_str(), t.n_bytes);
+          }
+        }
+        return 0;
+      }};
 }
 
 }  // namespace pocket::cli

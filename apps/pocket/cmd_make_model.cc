@@ -15,7 +15,7 @@ Command AddMakeModelCommand(CLI::App& root) {
     std::string preset = "tiny", arch, type = "f32", tokenizer, out, format, template_from;
     uint64_t seed = 1;
     bool untied = false, tied = false;
-    int32_t layers = 0;
+    int32_t layers = 0, q4_1_grid = 32;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("--preset", f->preset, "pocket-0.3b | qwen3-0.6b | tiny")->capture_default_str();
@@ -29,6 +29,10 @@ Command AddMakeModelCommand(CLI::App& root) {
                   "gguf | hf (default: from -o: a .gguf file or a directory)");
   app->add_flag("--untied", f->untied, "separate output matrix (default: the preset's)");
   app->add_flag("--tied", f->tied, "output shares the token embedding");
+  app->add_option("--q4-1-grid", f->q4_1_grid,
+                  "with --type q4_1: columns per scale grid (64: as a QAT export, pairs of blocks "
+                  "share scale and zero point)")
+      ->capture_default_str();
   app->add_option("--layers", f->layers, "override the number of layers (for quick tests)");
   app->add_option("-o,--output", f->out, "output .gguf file or directory")->required();
   return {
@@ -46,6 +50,15 @@ Command AddMakeModelCommand(CLI::App& root) {
         if (f->tied) o.config.tied_output = true;
         if (f->layers > 0) o.config.n_layers = f->layers;
         o.seed = f->seed;
+        if (f->q4_1_grid != 32 &&
+            (f->type != "q4_1" || f->q4_1_grid <= 0 || f->q4_1_grid % 32 != 0 ||
+             o.config.d_model % f->q4_1_grid != 0 || o.config.d_ff % f->q4_1_grid != 0 ||
+             o.config.q_dim() % f->q4_1_grid != 0)) {
+          return ReportError(InvalidArgumentError(
+              "--q4-1-grid ", f->q4_1_grid,
+              " needs --type q4_1 and a multiple of 32 that divides the model's widths"));
+        }
+        o.q4_1_grid = f->q4_1_grid;
         if (!ParseDType(f->type, &o.weight_type)) {
           return ReportError(InvalidArgumentError("--type ", QuoteBytes(f->type), " is unknown"));
         }

@@ -11,6 +11,7 @@
 #include "format/pocket_file.h"
 #include "model/model.h"
 #include "quant/group_quantize.h"
+#include "quant/packed.h"
 #include "quant/quantize.h"
 #include "tokenizer/spec_io.h"
 
@@ -86,7 +87,41 @@ struct Source {
       r -= p->rows();
     }
   }
+  // The part holding logical row r, and the row's index in it.
+  const Linear& Locate(int64_t r, int64_t* local) const {
+    if (interleave) {
+      const int64_t panel = r / kPanelRows, lane = r % kPanelRows;
+      *local = (panel / 2) * kPanelRows + lane;
+      return *parts[static_cast<size_t>(panel % 2)];
+    }
+    for (const Linear* p : parts) {
+      if (r < p->rows()) {
+        *local = r;
+        return *p;
+      }
+      r -= p->rows();
+    }
+    *local = 0;
+    return *parts.back();
+  }
 };
+
+// When every part of `src` is a GGUF matrix whose blocks map onto the packed layout of encoding
+// `e` at `group` columns per scale (Q4_0 / Q4_1 for int4, Q8_0 for int8, every run of group / 32
+// blocks sharing its scales), its codes and scales are kept exactly: returns that layout.
+bool ExactLayout(const Source& src, bool int4, int32_t group, PackedLayout* out) {
+  const DType type = src.parts[0]->packed ? DType::kCount : src.parts[0]->w.type;
+  const bool codes_match =
+      int4 ? (type == DType::kQ4_0 || type == DType::kQ4_1) : type == DType::kQ8_0;
+  if (!codes_match) return false;
+  for (const Linear* p : src.parts) {
+    if (p->packed || p->w.type != type) return false;
+    for (int64_t r = 0; r < p->rows(); ++r) {
+      if (!GgufRowFitsGroup(type, p->w.row(r), p->cols(), group)) return false;
+    }
+  }
+  return PackedLayoutForGguf(type, src.rows(), src.cols(), out, group);
+}
 
 class Converter {
  public:
@@ -101,6 +136,7 @@ class Converter {
       const DType type = DenseType(e);
       report.bytes += RowBytes(type, cols) * static_cast<size_t>(rows);
       return w.AddDenseTensor(name, type, {rows, cols}, [src, type, this](uint8_t* out, size_t) {
+        POCKET_RETURN_IF_ERROR(CheckCancelled());
         const int64_t n_rows = src.rows(), n_cols = src.cols();
         const size_t row_bytes = RowBytes(type, n_cols);
         pool_.ParallelFor(n_rows, [&](int64_t b, int64_t end, int) {
@@ -128,8 +164,30 @@ class Converter {
       return InvalidArgumentError("tensor ", name, ": ", src.parts[0]->rows(),
                                   " rows are not a multiple of 16");
     }
+    PackedLayout exact;
+    if (ExactLayout(src, e == Encoding::kInt4, options_.group, &exact)) {
+      report.bytes += exact.total_bytes();
+      report.kept_weights += rows * cols;
+      const DType type = src.parts[0]->w.type;
+      return w.AddPackedTensor(name, exact, [src, exact, type, this](uint8_t* out, size_t) {
+        POCKET_RETURN_IF_ERROR(CheckCancelled());
+        pool_.ParallelFor(exact.n_panels(), [&](int64_t b, int64_t end, int) {
+          for (int64_t p = b; p < end; ++p) {
+            uint8_t* panel = out + static_cast<size_t>(p) * exact.panel_bytes();
+            std::memset(panel, 0, exact.panel_bytes());
+            for (int64_t r = 0; r < kPanelRows && p * kPanelRows + r < exact.rows; ++r) {
+              int64_t local;
+              const Linear& part = src.Locate(p * kPanelRows + r, &local);
+              PackGgufRow(type, part.w.row(local), exact, r, panel);
+            }
+          }
+        });
+        return Status::Ok();
+      });
+    }
     report.bytes += layout.total_bytes();
     return w.AddPackedTensor(name, layout, [src, layout, this](uint8_t* out, size_t) {
+      POCKET_RETURN_IF_ERROR(CheckCancelled());
       pool_.ParallelFor(layout.n_panels(), [&](int64_t b, int64_t end, int) {
         QuantizePanels(src, layout, b, end, out);
       });
@@ -138,6 +196,11 @@ class Converter {
   }
 
   std::vector<ConvertGroupReport> TakeReport() { return std::move(report_); }
+
+  Status CheckCancelled() const {
+    if (options_.cancelled && options_.cancelled()) return CancelledError("conversion cancelled");
+    return Status::Ok();
+  }
 
  private:
   static void QuantizePanels(const Source& src, const PackedLayout& layout, int64_t begin,

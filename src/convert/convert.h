@@ -24,6 +24,9 @@ struct ConvertOptions {
   int32_t n_threads = 0;       // 0: one per hardware thread
   // Progress lines (the CLI redraws one line on stderr).
   std::function<void(const std::string&)> progress;
+  // Polled before each tensor: returning true stops the conversion with a Cancelled status and
+  // no output file (the temporary file is removed).
+  std::function<bool()> cancelled;
 };
 
 struct ConvertGroupReport {
@@ -31,6 +34,9 @@ struct ConvertGroupReport {
   int64_t n_weights = 0;
   uint64_t bytes = 0;
   std::string encoding;
+  // Weights whose codes and scales were kept exactly from a quantized input (Q4_0, Q4_1 or Q8_0
+  // blocks that map onto the target layout) instead of being quantized again.
+  int64_t kept_weights = 0;
   double bits_per_weight() const { return n_weights ? 8.0 * bytes / n_weights : 0.0; }
 };
 

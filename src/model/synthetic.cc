@@ -64,13 +64,17 @@ std::vector<TensorSpec> TensorList(const ModelConfig& c) {
 }
 
 // 1-D tensors are stored f32 in GGUF but in the checkpoint dtype in safetensors; rounding their
-// values to that dtype up front makes both copies hold the same numbers.
+// values to that dtype up front makes both copies hold the same numbers. A quantized model is
+// made as real ones are, from a BF16 checkpoint: every value is rounded to BF16 first, so it is
+// the quantization of the BF16 model of the same seed.
 std::vector<float> TensorValues(const TensorSpec& t, const SyntheticOptions& o) {
   std::vector<float> v = SyntheticTensor(t.name, t.shape, o.seed);
-  if (IsVector(t.name) && (o.weight_type == DType::kF16 || o.weight_type == DType::kBF16)) {
-    for (float& x : v) {
-      x = o.weight_type == DType::kF16 ? Fp16ToFloat(FloatToFp16(x)) : Bf16ToFloat(FloatToBf16(x));
-    }
+  const bool quantized =
+      o.weight_type != DType::kF32 && o.weight_type != DType::kF16 && o.weight_type != DType::kBF16;
+  if (quantized || (IsVector(t.name) && o.weight_type == DType::kBF16)) {
+    for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+  } else if (IsVector(t.name) && o.weight_type == DType::kF16) {
+    for (float& x : v) x = Fp16ToFloat(FloatToFp16(x));
   }
   return v;
 }
@@ -224,9 +228,14 @@ Status WriteSyntheticGguf(const SyntheticOptions& o, const std::string& path) {
           const int64_t cols = t.shape.back();
           const int64_t rows = static_cast<int64_t>(v.size()) / cols;
           const size_t row_bytes = RowBytes(type, cols);
+          const bool grid = type == DType::kQ4_1 && o.q4_1_grid != 32;
           for (int64_t r = 0; r < rows; ++r) {
-            QuantizeRow(type, &v[static_cast<size_t>(r * cols)],
-                        out + static_cast<size_t>(r) * row_bytes, cols);
+            uint8_t* dst = out + static_cast<size_t>(r) * row_bytes;
+            if (grid) {
+              QuantizeRowQ4_1OnGrid(&v[static_cast<size_t>(r * cols)], dst, cols, o.q4_1_grid);
+            } else {
+              QuantizeRow(type, &v[static_cast<size_t>(r * cols)], dst, cols);
+            }
           }
           return Status::Ok();
         }));

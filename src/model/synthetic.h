@@ -22,6 +22,9 @@ struct SyntheticOptions {
   ModelConfig config;
   uint64_t seed = 1;
   DType weight_type = DType::kF32;  // matrices; norms and biases stay f32 in GGUF
+  // With Q4_1: columns per quantization grid, as a quantization-aware-trained export (one scale
+  // and zero point per grid, repeated in its blocks); 32 is plain Q4_1.
+  int32_t q4_1_grid = 32;
   // Attached tokenizer (its vocabulary is fitted to config.vocab_size); may be null.
   std::shared_ptr<const Tokenizer> tokenizer;
   std::string chat_template;             // overrides the tokenizer's

@@ -157,13 +157,20 @@ class Repacker {
   // parts whose panels alternate) to be stored in *target (and *also) by Execute. Returns false,
   // planning nothing, when the parts cannot be packed together exactly.
   bool Add(std::vector<Linear> parts, bool interleave, Linear* target, Linear* also = nullptr) {
+    // Files exported on a g64 grid (quantization-aware training: pairs of blocks share scale and
+    // min) are kept at g64, which reads 10% fewer bytes per Q4_1 weight than g32.
+    int32_t group = 64;
+    for (const Linear& part : parts) {
+      if (!LayoutOf(part, 32, nullptr)) return false;
+      if (group == 64 && !FitsGroup(part, 64)) group = 32;
+    }
     PackedLayout first;
-    if (!LayoutOf(parts[0], &first)) return false;
+    LayoutOf(parts[0], group, &first);
     int64_t rows = 0;
     for (const Linear& part : parts) {
       PackedLayout l;
-      if (!LayoutOf(part, &l) || l.codes != first.codes || l.group != first.group ||
-          l.cols != first.cols) {
+      if (!LayoutOf(part, group, &l) || l.codes != first.codes ||
+          l.explicit_min != first.explicit_min || l.cols != first.cols) {
         return false;
       }
       if (parts.size() > 1 && l.rows % kPanelRows != 0) return false;  // panels must not straddle
@@ -193,7 +200,7 @@ class Repacker {
       for (size_t i = 0; i < job.parts.size(); ++i) {
         const Linear& part = job.parts[i];
         PackedLayout l;
-        LayoutOf(part, &l);
+        LayoutOf(part, job.layout.group, &l);
         const size_t panel = l.panel_bytes();
         const size_t src_panel = part.w.row_bytes * kPanelRows;
         // A few panels at a time, releasing the source pages as they are consumed, so the
@@ -231,9 +238,26 @@ class Repacker {
   }
 
  private:
-  static bool LayoutOf(const Linear& l, PackedLayout* out) {
+  static bool LayoutOf(const Linear& l, int32_t group, PackedLayout* out) {
+    PackedLayout unused;
     return !l.packed && l.w.data != nullptr &&
-           PackedLayoutForGguf(l.w.type, l.w.rows, l.w.cols, out);
+           PackedLayoutForGguf(l.w.type, l.w.rows, l.w.cols, out ? out : &unused, group);
+  }
+  // Whether every row's blocks share their scales in groups of `group` columns. Reads the matrix
+  // once, releasing the pages it has read, so the check adds no resident memory.
+  static bool FitsGroup(const Linear& l, int32_t group) {
+    if (!LayoutOf(l, group, nullptr)) return false;
+    constexpr int64_t kStep = 1024;
+    for (int64_t r0 = 0; r0 < l.w.rows; r0 += kStep) {
+      const int64_t r1 = std::min(l.w.rows, r0 + kStep);
+      bool fits = true;
+      for (int64_t r = r0; r < r1 && fits; ++r) {
+        fits = GgufRowFitsGroup(l.w.type, l.w.row(r), l.w.cols, group);
+      }
+      ReleaseMappedPages(l.w.row(r0), static_cast<size_t>(r1 - r0) * l.w.row_bytes);
+      if (!fits) return false;
+    }
+    return true;
   }
   struct Job {
     std::vector<Linear> parts;

@@ -1,5 +1,6 @@
 #include "quant/packed.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "base/float16.h"
@@ -69,14 +70,86 @@ void PackCodes(const PackedLayout& l, const uint8_t* codes, const float* d, cons
   }
 }
 
-bool PackedLayoutForGguf(DType type, int64_t rows, int64_t cols, PackedLayout* out) {
+bool PackedLayoutForGguf(DType type, int64_t rows, int64_t cols, PackedLayout* out, int32_t group) {
   if (type != DType::kQ4_0 && type != DType::kQ4_1 && type != DType::kQ8_0) return false;
+  if (group < kQK || group % kQK != 0) return false;
   out->codes = type == DType::kQ8_0 ? PackedCodes::kU8 : PackedCodes::kU4;
-  out->group = kQK;
+  out->group = group;
   out->rows = rows;
   out->cols = cols;
   out->explicit_min = type == DType::kQ4_1;
-  return cols % kQK == 0;
+  return cols % group == 0;
+}
+
+namespace {
+
+// The fp16 scale (and min) bits of block b of a GGUF row; copied with memcpy, so rows may sit at
+// any address.
+void BlockScales(DType type, const uint8_t* row, int64_t b, uint16_t* d, uint16_t* m) {
+  *m = 0;
+  if (type == DType::kQ8_0) {
+    std::memcpy(d, row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d), 2);
+  } else if (type == DType::kQ4_0) {
+    std::memcpy(d, row + b * sizeof(BlockQ4_0) + offsetof(BlockQ4_0, d), 2);
+  } else {
+    std::memcpy(d, row + b * sizeof(BlockQ4_1) + offsetof(BlockQ4_1, d), 2);
+    std::memcpy(m, row + b * sizeof(BlockQ4_1) + offsetof(BlockQ4_1, m), 2);
+  }
+}
+
+// The 32 codes of block b (0..15, or 0..255 for Q8_0 with code = q + 128).
+void BlockCodes(DType type, const uint8_t* row, int64_t b, uint8_t* c) {
+  if (type == DType::kQ8_0) {
+    const uint8_t* qs = row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs);
+    for (int k = 0; k < kQK; ++k) c[k] = static_cast<uint8_t>(qs[k] ^ 0x80);  // int8 + 128
+    return;
+  }
+  const uint8_t* qs = type == DType::kQ4_0 ? row + b * sizeof(BlockQ4_0) + offsetof(BlockQ4_0, qs)
+                                           : row + b * sizeof(BlockQ4_1) + offsetof(BlockQ4_1, qs);
+  for (int k = 0; k < kQK / 2; ++k) {
+    c[k] = qs[k] & 0x0f;
+    c[k + kQK / 2] = qs[k] >> 4;
+  }
+}
+
+}  // namespace
+
+bool GgufRowFitsGroup(DType type, const uint8_t* row, int64_t cols, int32_t group) {
+  PackedLayout l;
+  if (!PackedLayoutForGguf(type, 1, cols, &l, group)) return false;
+  const int64_t per_group = group / kQK, n_blocks = cols / kQK;
+  for (int64_t b = 0; b < n_blocks; b += per_group) {
+    uint16_t d0, m0;
+    BlockScales(type, row, b, &d0, &m0);
+    for (int64_t j = 1; j < per_group; ++j) {
+      uint16_t d, m;
+      BlockScales(type, row, b + j, &d, &m);
+      if (d != d0 || m != m0) return false;
+    }
+  }
+  return true;
+}
+
+void PackGgufRow(DType type, const uint8_t* row, const PackedLayout& l, int64_t r, uint8_t* panel) {
+  const int64_t n_groups = l.n_groups(), per_group = l.group / kQK;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    uint8_t* block = panel + static_cast<size_t>(g) * l.group_bytes();
+    uint8_t* scales = block + l.code_bytes_per_group();
+    uint16_t d, m;
+    BlockScales(type, row, g * per_group, &d, &m);  // the fp16 bits move unchanged
+    std::memcpy(scales + 2 * r, &d, 2);
+    if (l.explicit_min) std::memcpy(scales + 2 * (16 + r), &m, 2);
+    for (int64_t j = 0; j < per_group; ++j) {
+      uint8_t c[kQK];
+      BlockCodes(type, row, g * per_group + j, c);
+      for (int64_t k = 0; k < kQK; ++k) {
+        size_t byte;
+        int shift;
+        CodePosition(l, r, j * kQK + k, &byte, &shift);
+        block[byte] |= static_cast<uint8_t>(c[k] << shift);
+      }
+    }
+  }
 }
 
 Status RepackGgufRows(DType type, const uint8_t* rows_in, const PackedLayout& l, uint8_t* out) {
@@ -86,13 +159,11 @@ Status RepackGgufRows(DType type, const uint8_t* rows_in, const PackedLayout& l,
 Status RepackGgufPanels(DType type, const uint8_t* rows_in, const PackedLayout& l,
                         int64_t panel_begin, int64_t panel_end, uint8_t* out) {
   PackedLayout expect;
-  if (!PackedLayoutForGguf(type, l.rows, l.cols, &expect) || expect.codes != l.codes ||
-      expect.group != l.group || expect.explicit_min != l.explicit_min) {
+  if (!PackedLayoutForGguf(type, l.rows, l.cols, &expect, l.group) || expect.codes != l.codes ||
+      expect.explicit_min != l.explicit_min) {
     return InvalidArgumentError(DTypeName(type), " does not repack into this layout");
   }
-  const int64_t n_groups = l.n_groups();
   const size_t row_bytes = RowBytes(type, l.cols);
-  const size_t code_bytes = l.code_bytes_per_group();
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     uint8_t* panel = out + static_cast<size_t>(p) * l.panel_bytes();
     std::memset(panel, 0, l.panel_bytes());
@@ -100,38 +171,11 @@ Status RepackGgufPanels(DType type, const uint8_t* rows_in, const PackedLayout& 
       const int64_t row_index = p * kPanelRows + r;
       if (row_index >= l.rows) break;  // padding rows stay zero
       const uint8_t* row = rows_in + static_cast<size_t>(row_index) * row_bytes;
-      for (int64_t g = 0; g < n_groups; ++g) {
-        uint8_t* block = panel + static_cast<size_t>(g) * l.group_bytes();
-        uint16_t* scales = reinterpret_cast<uint16_t*>(block + code_bytes);
-        uint8_t c[kQK];
-        if (type == DType::kQ8_0) {
-          const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[g];
-          scales[r] = b.d;  // the fp16 bits move unchanged
-          for (int k = 0; k < kQK; ++k) c[k] = static_cast<uint8_t>(b.qs[k] + 128);
-        } else {
-          const uint8_t* qs;
-          if (type == DType::kQ4_0) {
-            const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[g];
-            scales[r] = b.d;
-            qs = b.qs;
-          } else {
-            const BlockQ4_1& b = reinterpret_cast<const BlockQ4_1*>(row)[g];
-            scales[r] = b.d;
-            scales[16 + r] = b.m;
-            qs = b.qs;
-          }
-          for (int k = 0; k < kQK / 2; ++k) {
-            c[k] = qs[k] & 0x0f;
-            c[k + kQK / 2] = qs[k] >> 4;
-          }
-        }
-        for (int64_t kk = 0; kk < kQK; ++kk) {
-          size_t byte;
-          int shift;
-          CodePosition(l, r, kk, &byte, &shift);
-          block[byte] |= static_cast<uint8_t>(c[kk] << shift);
-        }
+      if (l.group != kQK && !GgufRowFitsGroup(type, row, l.cols, l.group)) {
+        return InvalidArgumentError("row ", row_index, ": its ", DTypeName(type),
+                                    " blocks do not share scales in groups of ", l.group);
       }
+      PackGgufRow(type, row, l, r, panel);
     }
   }
   return Status::Ok();

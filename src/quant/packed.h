@@ -75,15 +75,26 @@ void PackCodes(const PackedLayout& layout, const uint8_t* codes, const float* d,
                uint8_t* out);
 
 // Repacks a GGUF matrix of Q4_0, Q4_1 or Q8_0 rows exactly (no value changes). `rows_in` points
-// at rows * RowBytes(type, cols) bytes. Writes layout.total_bytes() bytes at out.
+// at rows * RowBytes(type, cols) bytes. Writes layout.total_bytes() bytes at out. layout.group may
+// be any multiple of 32 at which every row's blocks share their scales (GgufRowFitsGroup);
+// a row that does not is an error.
 Status RepackGgufRows(DType type, const uint8_t* rows_in, const PackedLayout& layout, uint8_t* out);
 // The same for panels [panel_begin, panel_end) only (rows_in and out are the whole matrices), so
 // a large matrix can be repacked piece by piece with a small working set.
 Status RepackGgufPanels(DType type, const uint8_t* rows_in, const PackedLayout& layout,
                         int64_t panel_begin, int64_t panel_end, uint8_t* out);
-// The packed layout a GGUF type repacks into (kU4/kU8, group 32, symmetric for Q4_0 / Q8_0);
-// false if it does not.
-bool PackedLayoutForGguf(DType type, int64_t rows, int64_t cols, PackedLayout* out);
+// The packed layout a GGUF type repacks into exactly (kU4/kU8, symmetric for Q4_0 / Q8_0) with
+// `group` columns per scale; false if it does not (other types, or cols not whole groups).
+bool PackedLayoutForGguf(DType type, int64_t rows, int64_t cols, PackedLayout* out,
+                         int32_t group = 32);
+// True when every run of group / 32 consecutive blocks of the GGUF row (cols values) has the same
+// scale (and, for Q4_1, the same min) bit for bit: the row's codes and scales then pack exactly at
+// that group. This is how quantization-aware-trained Q4_1 files built on a g64 grid look.
+bool GgufRowFitsGroup(DType type, const uint8_t* row, int64_t cols, int32_t group);
+// Writes one GGUF row (which fits layout.group) as row r (0..15) of a packed panel whose bytes
+// were zeroed.
+void PackGgufRow(DType type, const uint8_t* row, const PackedLayout& layout, int64_t r,
+                 uint8_t* panel);
 
 // Row r of the matrix as floats (cols values): w = d * code + m in float arithmetic.
 void DequantizePackedRow(const PackedMatrix& w, int64_t r, float* out);

@@ -146,6 +146,41 @@ void QuantQ4_1(const float* x, BlockQ4_1* b, int64_t nb) {
   }
 }
 
+}  // namespace
+
+void QuantizeRowQ4_1OnGrid(const float* x, void* dst, int64_t n, int32_t grid) {
+  assert(grid % kQK == 0 && n % grid == 0);
+  BlockQ4_1* b = static_cast<BlockQ4_1*>(dst);
+  for (int64_t g = 0; g < n / grid; ++g) {
+    const float* v = x + g * grid;
+    float lo = v[0], hi = v[0];
+    for (int32_t j = 1; j < grid; ++j) {
+      lo = std::min(lo, v[j]);
+      hi = std::max(hi, v[j]);
+    }
+    lo = std::min(lo, 0.0f);  // the grid holds zero exactly: z is an integer code
+    hi = std::max(hi, 0.0f);
+    const uint16_t d_bits = FloatToFp16((hi - lo) / 15.0f);
+    const float d = Fp16ToFloat(d_bits);
+    const int z = d > 0.0f ? std::clamp(RoundToInt(-lo / d), 0, 15) : 0;
+    const uint16_t m_bits = FloatToFp16(-d * static_cast<float>(z));
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int32_t k = 0; k < grid / kQK; ++k) {
+      BlockQ4_1& blk = b[g * (grid / kQK) + k];
+      blk.d = d_bits;
+      blk.m = m_bits;
+      const float* w = v + k * kQK;
+      for (int j = 0; j < kQK / 2; ++j) {
+        const int q0 = std::clamp(RoundToInt(w[j] * id) + z, 0, 15);
+        const int q1 = std::clamp(RoundToInt(w[j + kQK / 2] * id) + z, 0, 15);
+        blk.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+      }
+    }
+  }
+}
+
+namespace {
+
 void PackQ4KScales(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
   for (int j = 0; j < 4; ++j) {
     out[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));

@@ -1,0 +1,314 @@
+// The converter: codes kept exactly from quantized inputs (the QAT Q4_1 g64 case bit for bit),
+// INT4 g64 quality against plain Q4_1, and no partial output when a conversion fails.
+#include "convert/convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "model/synthetic.h"
+#include "quant/quantize.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string WorkDir() {
+  const std::string dir = std::string(POCKET_BINARY_DIR) + "/convert-test";
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string MakeGguf(const std::string& name, ModelConfig c, DType type, int32_t grid = 32,
+                     uint64_t seed = 7) {
+  const std::string path = WorkDir() + "/" + name;
+  SyntheticOptions o;
+  o.config = c;
+  o.seed = seed;
+  o.weight_type = type;
+  o.q4_1_grid = grid;
+  const Status s = WriteSyntheticGguf(o, path);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return path;
+}
+
+ModelConfig Tiny() {
+  auto c = PresetConfig("tiny", Architecture::kQwen3);
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+std::shared_ptr<const Model> Load(const std::string& path, bool repack = true) {
+  LoadOptions o;
+  o.repack = repack;
+  auto m = Model::Load(path, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+ConvertReport Convert(const std::string& in, const std::string& out, const std::string& weights,
+                      int32_t group) {
+  ConvertOptions o;
+  o.weights = weights;
+  o.group = group;
+  o.n_threads = 2;
+  auto r = ConvertModel(in, out, o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : ConvertReport{};
+}
+
+// Row r of a logical matrix as floats: a packed matrix (.pocket) or, from the GGUF, the
+// concatenation (or panel interleave, for gate/up) of its parts, decoded by the GGUF block
+// decoder.
+void Row(const Linear& l, int64_t r, float* out) {
+  if (l.packed) {
+    DequantizePackedRow(l.p, r, out);
+  } else {
+    DequantizeRow(l.w.type, l.w.row(r), out, l.w.cols);
+  }
+}
+
+// bitwise: the float bits must match; otherwise the values (Q4_0 with a negative scale decodes
+// a zero code as -0.0, the packed form as +0.0).
+void ExpectSameValues(const std::vector<const Linear*>& gguf_parts, bool interleave,
+                      const Linear& packed, const std::string& what, bool bitwise) {
+  ASSERT_TRUE(packed.packed) << what;
+  const int64_t cols = packed.cols();
+  std::vector<float> a(static_cast<size_t>(cols)), b(a.size());
+  int64_t rows = 0;
+  for (const Linear* p : gguf_parts) rows += p->rows();
+  ASSERT_EQ(rows, packed.rows()) << what;
+  for (int64_t r = 0; r < rows; ++r) {
+    const Linear* part = gguf_parts[0];
+    int64_t local = r;
+    if (interleave) {
+      part = gguf_parts[static_cast<size_t>((r / kPanelRows) % 2)];
+      local = (r / kPanelRows / 2) * kPanelRows + r % kPanelRows;
+    } else {
+      for (const Linear* p : gguf_parts) {
+        if (local < p->rows()) {
+          part = p;
+          break;
+        }
+        local -= p->rows();
+      }
+    }
+    Row(*part, local, a.data());
+    Row(packed, r, b.data());
+    if (bitwise) {
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+          << what << " row " << r << " differs";
+    } else {
+      ASSERT_TRUE(a == b) << what << " row " << r << " differs";
+    }
+  }
+}
+
+// Every matrix of the .pocket file dequantizes to exactly the GGUF's values.
+void ExpectLossless(const Model& gguf, const Model& pocket, bool bitwise) {
+  const ModelWeights& g = gguf.weights();
+  const ModelWeights& p = pocket.weights();
+  ExpectSameValues({&g.token_embd}, false, p.token_embd, "token_embd", bitwise);
+  if (!gguf.config().tied_output) {
+    ExpectSameValues({&g.output}, false, p.output, "output", bitwise);
+  }
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const LayerWeights& gl = g.layers[i];
+    const LayerWeights& pl = p.layers[i];
+    const std::string n = "blk." + std::to_string(i) + ".";
+    ExpectSameValues({&gl.wq, &gl.wk, &gl.wv}, false, pl.qkv, n + "attn_qkv", bitwise);
+    ExpectSameValues({&gl.wo}, false, pl.wo, n + "attn_output", bitwise);
+    ExpectSameValues({&gl.w_gate, &gl.w_up}, true, pl.gate_up, n + "ffn_gate_up", bitwise);
+    ExpectSameValues({&gl.w_down}, false, pl.w_down, n + "ffn_down", bitwise);
+  }
+}
+
+std::vector<int32_t> RandomIds(int32_t vocab, int32_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = pick(rng);
+  return ids;
+}
+
+// Greedy continuation of `prompt` by n tokens, and the logits it saw at every step.
+std::vector<int32_t> Greedy(std::shared_ptr<const Model> model, std::vector<int32_t> prompt,
+                            int32_t n, std::vector<float>* logits) {
+  SessionOptions so;
+  so.n_ctx = 256;
+  so.n_threads = 2;
+  auto s = Session::Create(std::move(model), so);
+  EXPECT_TRUE(s.ok());
+  std::vector<int32_t> out;
+  EXPECT_TRUE((*s)->SetContext(prompt).ok());
+  for (int32_t i = 0; i < n; ++i) {
+    std::span<const float> l = (*s)->last_logits();
+    logits->insert(logits->end(), l.begin(), l.end());
+    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(next);
+    const int32_t one[1] = {next};
+    EXPECT_TRUE((*s)->Append(one).ok());
+  }
+  return out;
+}
+
+int64_t Kept(const ConvertReport& r) {
+  int64_t kept = 0;
+  for (const ConvertGroupReport& g : r.groups) kept += g.kept_weights;
+  return kept;
+}
+
+int64_t Matrices(const ConvertReport& r) {
+  int64_t n = 0;
+  for (const ConvertGroupReport& g : r.groups) {
+    if (g.group != "norms") n += g.n_weights;
+  }
+  return n;
+}
+
+TEST(ConvertTest, QatQ4_1OnAG64GridConvertsLosslessly) {
+  const std::string gguf = MakeGguf("qat-q4_1.gguf", Tiny(), DType::kQ4_1, /*grid=*/64);
+  const std::string out = WorkDir() + "/qat-q4_1.pocket";
+  const ConvertReport report = Convert(gguf, out, "int4", 64);
+  EXPECT_EQ(Kept(report), Matrices(report)) << "every matrix keeps its codes";
+  auto from_gguf = Load(gguf, /*repack=*/false);
+  auto from_pocket = Load(out);
+  ASSERT_TRUE(from_gguf && from_pocket);
+  ExpectLossless(*from_gguf, *from_pocket, /*bitwise=*/true);
+  // Greedy generation (and every logit on the way) is identical to running the GGUF itself,
+  // which loads onto the same g64 layout.
+  auto gguf_model = Load(gguf);
+  ASSERT_TRUE(gguf_model);
+  EXPECT_EQ(gguf_model->weights().layers[0].qkv.p.layout.group, 64);
+  const std::vector<int32_t> prompt = RandomIds(Tiny().vocab_size, 40, 3);
+  std::vector<float> la, lb;
+  const std::vector<int32_t> a = Greedy(gguf_model, prompt, 24, &la);
+  const std::vector<int32_t> b = Greedy(from_pocket, prompt, 24, &lb);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)));
+}
+
+TEST(ConvertTest, QuantizedInputsKeepTheirCodesWhereTheLayoutAllows) {
+  struct Case {
+    DType type;
+    const char* weights;
+    int32_t group;
+    bool kept;
+  };
+  const Case cases[] = {
+      {DType::kQ4_1, "int4", 32, true},  {DType::kQ4_1, "int4", 64, false},
+      {DType::kQ4_0, "int4", 32, true},  {DType::kQ8_0, "int8", 32, true},
+      {DType::kQ8_0, "int4", 32, false}, {DType::kQ4_0, "int8", 32, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(DTypeName(c.type)) + " -> " + c.weights + " g" +
+                 std::to_string(c.group));
+    const std::string gguf =
+        MakeGguf(std::string("plain-") + std::string(DTypeName(c.type)) + ".gguf", Tiny(), c.type);
+    const std::string out = WorkDir() + "/plain.pocket";
+    const ConvertReport report = Convert(gguf, out, c.weights, c.group);
+    EXPECT_EQ(Kept(report), c.kept ? Matrices(report) : 0);
+    if (c.kept) {
+      auto from_gguf = Load(gguf, /*repack=*/false);
+      auto from_pocket = Load(out);
+      ASSERT_TRUE(from_gguf && from_pocket);
+      ExpectLossless(*from_gguf, *from_pocket, /*bitwise=*/c.type == DType::kQ4_1);
+    }
+  }
+}
+
+// Mean over positions of KL(p_ref || p_q) of the next-token distributions.
+double MeanKl(const std::vector<float>& ref, const std::vector<float>& q, int64_t vocab) {
+  const int64_t n = static_cast<int64_t>(ref.size()) / vocab;
+  double total = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* a = &ref[static_cast<size_t>(t * vocab)];
+    const float* b = &q[static_cast<size_t>(t * vocab)];
+    const double ma = *std::max_element(a, a + vocab), mb = *std::max_element(b, b + vocab);
+    double za = 0, zb = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      za += std::exp(a[i] - ma);
+      zb += std::exp(b[i] - mb);
+    }
+    double kl = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
+      kl += std::exp(la) * (la - lb);
+    }
+    total += kl;
+  }
+  return total / static_cast<double>(n);
+}
+
+std::vector<float> AllLogits(std::shared_ptr<const Model> model, const std::vector<int32_t>& ids) {
+  SessionOptions so;
+  so.n_ctx = static_cast<int32_t>(ids.size());
+  so.n_threads = 2;
+  auto s = Session::Create(std::move(model), so);
+  EXPECT_TRUE(s.ok());
+  std::vector<float> logits(ids.size() * static_cast<size_t>((*s)->model().config().vocab_size));
+  const Status st = (*s)->Append(ids, logits.data());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return logits;
+}
+
+TEST(ConvertTest, Int4G64LosesNoMoreThanRoundToNearestQ4_1G32) {
+  // The MNN-Pocket-0.3B widths (896, 2560) with fewer layers and a smaller vocabulary, so the
+  // test stays quick under the sanitizers.
+  auto c = PresetConfig("pocket-0.3b", Architecture::kQwen3);
+  ASSERT_TRUE(c.ok());
+  c->n_layers = 2;
+  c->vocab_size = 2048;
+  const std::string bf16 = MakeGguf("kl-bf16.gguf", *c, DType::kBF16);
+  const std::string q4_1 = MakeGguf("kl-q4_1.gguf", *c, DType::kQ4_1);
+  const std::string int4 = WorkDir() + "/kl-int4.pocket";
+  Convert(bf16, int4, "int4", 64);
+  const std::vector<int32_t> ids = RandomIds(c->vocab_size, 512, 11);
+  auto m_bf16 = Load(bf16), m_q4_1 = Load(q4_1), m_int4 = Load(int4);
+  ASSERT_TRUE(m_bf16 && m_q4_1 && m_int4);
+  const std::vector<float> ref = AllLogits(m_bf16, ids);
+  const double kl_q4_1 = MeanKl(ref, AllLogits(m_q4_1, ids), c->vocab_size);
+  const double kl_int4 = MeanKl(ref, AllLogits(m_int4, ids), c->vocab_size);
+  std::printf("mean KL vs BF16 over %zu positions: pocket INT4 g64 %.3e, Q4_1 g32 (RTN) %.3e\n",
+              ids.size(), kl_int4, kl_q4_1);
+  EXPECT_GT(kl_q4_1, 0.0);
+  EXPECT_LE(kl_int4, kl_q4_1);
+}
+
+TEST(ConvertTest, AFailedConversionLeavesNoFile) {
+  const std::string gguf = MakeGguf("cancel.gguf", Tiny(), DType::kF32);
+  const std::string dir = WorkDir() + "/cancel-out";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string out = dir + "/model.pocket";
+  ConvertOptions o;
+  int polls = 0;
+  o.cancelled = [&polls] { return ++polls > 3; };  // fail in the middle of the tensor data
+  auto r = ConvertModel(gguf, out, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  EXPECT_TRUE(fs::is_empty(dir)) << "a partial or temporary file was left behind";
+  // An earlier output at that path survives a failed conversion untouched.
+  {
+    std::FILE* f = std::fopen(out.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fputs("previous", f);
+    std::fclose(f);
+  }
+  polls = 0;
+  ASSERT_FALSE(ConvertModel(gguf, out, o).ok());
+  EXPECT_EQ(fs::file_size(out), 8u);
+  // The input is never the output.
+  auto same = ConvertModel(gguf, gguf, ConvertOptions{});
+  EXPECT_FALSE(same.ok());
+}
+
+}  // namespace
+}  // namespace pocket
