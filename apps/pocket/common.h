@@ -30,6 +30,7 @@ Command AddMakeModelCommand(CLI::App& root);
 Command AddBenchCommand(CLI::App& root);
 Command AddConvertCommand(CLI::App& root);
 Command AddVerifyCommand(CLI::App& root);
+Command AddPruneVocabCommand(CLI::App& root);
 
 // Prints "pocket: error: <message>" to stderr and returns 1.
 int ReportError(const Status& status);

@@ -19,7 +19,73 @@ void AppendString(std::string& out, const std::string& s) {
   out += s;
 }
 
+// Encodes a parsed value of `type` (without its type tag), for copying metadata through.
+void AppendValue(std::string& out, GgufType type, const GgufValue& v) {
+  switch (type) {
+    case GgufType::kUint8:
+    case GgufType::kBool:
+      Append<uint8_t>(out, static_cast<uint8_t>(v.u));
+      return;
+    case GgufType::kInt8:
+      Append<int8_t>(out, static_cast<int8_t>(v.i));
+      return;
+    case GgufType::kUint16:
+      Append<uint16_t>(out, static_cast<uint16_t>(v.u));
+      return;
+    case GgufType::kInt16:
+      Append<int16_t>(out, static_cast<int16_t>(v.i));
+      return;
+    case GgufType::kUint32:
+      Append<uint32_t>(out, static_cast<uint32_t>(v.u));
+      return;
+    case GgufType::kInt32:
+      Append<int32_t>(out, static_cast<int32_t>(v.i));
+      return;
+    case GgufType::kUint64:
+      Append<uint64_t>(out, v.u);
+      return;
+    case GgufType::kInt64:
+      Append<int64_t>(out, v.i);
+      return;
+    case GgufType::kFloat32:
+      Append<float>(out, static_cast<float>(v.f));
+      return;
+    case GgufType::kFloat64:
+      Append<double>(out, v.f);
+      return;
+    case GgufType::kString:
+      AppendString(out, std::string(v.s));
+      return;
+    case GgufType::kArray:
+      Append<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
+      Append<uint64_t>(out, v.count);
+      if (v.elem_type == GgufType::kString) {
+        for (std::string_view e : v.strings) AppendString(out, std::string(e));
+      } else if (v.elem_type == GgufType::kArray) {
+        for (const GgufValue& child : v.children) AppendValue(out, GgufType::kArray, child);
+      } else {
+        const size_t bytes =
+            v.elem_type == GgufType::kBool || v.elem_type == GgufType::kUint8 ||
+                    v.elem_type == GgufType::kInt8
+                ? 1
+            : v.elem_type == GgufType::kUint16 || v.elem_type == GgufType::kInt16 ? 2
+            : v.elem_type == GgufType::kUint32 || v.elem_type == GgufType::kInt32 ||
+                    v.elem_type == GgufType::kFloat32
+                ? 4
+                : 8;
+        out.append(reinterpret_cast<const char*>(v.elems), static_cast<size_t>(v.count) * bytes);
+      }
+      return;
+  }
+}
+
 }  // namespace
+
+void GgufWriter::SetValue(const std::string& key, const GgufValue& v) {
+  std::string p;
+  AppendValue(p, v.type, v);
+  Put(key, v.type, std::move(p));
+}
 
 void GgufWriter::Put(const std::string& key, GgufType type, std::string payload) {
   for (Kv& kv : kv_) {

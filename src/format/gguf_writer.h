@@ -27,6 +27,8 @@ class GgufWriter {
   void SetStringArray(const std::string& key, const std::vector<std::string>& v);
   void SetInt32Array(const std::string& key, const std::vector<int32_t>& v);
   void SetFloat32Array(const std::string& key, const std::vector<float>& v);
+  // A value read from another GGUF file, copied through unchanged.
+  void SetValue(const std::string& key, const GgufValue& v);
   // Any value, encoded by the caller (type tag + payload); used by tests for exotic types.
   void SetRaw(const std::string& key, GgufType type, std::string payload);
 

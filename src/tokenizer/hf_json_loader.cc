@@ -10,15 +10,13 @@
 
 #include "base/mapped_file.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/qwen2_pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pocket {
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr std::string_view kQwen2SplitRegex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // SAX handler: a DOM for everything but model.vocab and model.merges.
 class TokenizerJsonHandler final : public nlohmann::json_sax<Json> {

@@ -16,6 +16,10 @@
 
 namespace pocket {
 
+// The Split regex of Qwen2/Qwen3 tokenizer.json files, which this pre-tokenizer implements.
+inline constexpr std::string_view kQwen2SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 class Qwen2PreTokenizer {
  public:
   // Appends the pieces of `text` (valid UTF-8) to `pieces`; they are views into `text`. Reuses
