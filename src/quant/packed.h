@@ -17,7 +17,9 @@
 //
 // Every supported GGUF block type with one scale per block maps onto this exactly:
 //   Q4_0 -> kU4, group 32, symmetric;   Q4_1 -> kU4, group 32, explicit min;
-//   Q8_0 -> kU8, group 32, symmetric, code = q + 128.
+//   Q8_0 -> kU8, group 32, symmetric, code = q + 128;
+// and at group 64 (or any multiple of 32) when each run of blocks in a group shares its scale
+// (and min) bit for bit, as quantization-aware-trained exports do (GgufRowFitsGroup).
 #pragma once
 
 #include <cstddef>

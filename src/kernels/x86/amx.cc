@@ -1,6 +1,7 @@
 // AMX-INT8 kernels for prefill (many tokens): the packed matmul on 16x16 int32 tiles, bit-identical
 // to the reference (each tile's integer sums are exactly the per-group dot products; the float
-// epilogue is the same as the AVX-512 kernel's). Everything else is the AVX-512 table. Compiled
+// epilogue is the same as the AVX-512 kernel's), and, with AMX-BF16, the prefill attention over an
+// f16 KV cache (bf16 tiles, fp32 scores and sums). Everything else is the AVX-512 table. Compiled
 // with AMX and AVX-512 flags; used only when the CPU has AMX and the kernel granted tile data.
 #include <immintrin.h>
 

@@ -220,17 +220,20 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
   for (int64_t g = 0; g < geo.n_groups; ++g) {
     const uint8_t* b0 = p0 + static_cast<size_t>(g) * geo.group_bytes;
     const uint8_t* b1 = p1 + static_cast<size_t>(g) * geo.group_bytes;
-    // Software prefetch a few KB ahead on both streams: the hardware prefetcher alone leaves
-    // bandwidth unused when it has to find two streams after every matrix switch.
-    for (size_t off = 0; off < geo.group_bytes; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + kPrefetchBytes + off), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b1 + kPrefetchBytes + off), _MM_HINT_T0);
-    }
+    // Software prefetch a few KB ahead on both streams (the hardware prefetcher alone leaves
+    // bandwidth unused when it has to find two streams after every matrix switch), one line per
+    // stream per code vector, spread through the dot products rather than a whole group's lines
+    // in one burst (+2 to 4% decode, interleaved A/B runs).
+    const char* pf0 = reinterpret_cast<const char*>(b0 + kPrefetchBytes);
+    const char* pf1 = reinterpret_cast<const char*>(b1 + kPrefetchBytes);
     const int8_t* ag = aq + g * geo.group;
     __m512i i0a = _mm512_setzero_si512(), i0b = i0a, i1a = i0a, i1b = i0a;
+    size_t prefetched = 0;  // bytes of this group's stretch prefetched so far
     if constexpr (kU4) {
       const int32_t half = geo.group / 8;
       for (int32_t i = 0; i < half; ++i) {
+        _mm_prefetch(pf0 + 64 * i, _MM_HINT_T0);
+        _mm_prefetch(pf1 + 64 * i, _MM_HINT_T0);
         const __m512i v0 = _mm512_loadu_si512(b0 + 64 * i), v1 = _mm512_loadu_si512(b1 + 64 * i);
         const __m512i alo = Bcast32(ag + 4 * i), ahi = Bcast32(ag + 4 * (i + half));
         i0a = _mm512_dpbusd_epi32(i0a, _mm512_and_si512(v0, nib), alo);
@@ -238,15 +241,25 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
         i1a = _mm512_dpbusd_epi32(i1a, _mm512_and_si512(v1, nib), alo);
         i1b = _mm512_dpbusd_epi32(i1b, _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib), ahi);
       }
+      prefetched = static_cast<size_t>(half) * 64;
     } else {
       const int32_t quads = geo.group / 4;
       for (int32_t i = 0; i < quads; i += 2) {
+        _mm_prefetch(pf0 + 64 * i, _MM_HINT_T0);
+        _mm_prefetch(pf0 + 64 * i + 64, _MM_HINT_T0);
+        _mm_prefetch(pf1 + 64 * i, _MM_HINT_T0);
+        _mm_prefetch(pf1 + 64 * i + 64, _MM_HINT_T0);
         const __m512i a0 = Bcast32(ag + 4 * i), a1 = Bcast32(ag + 4 * i + 4);
         i0a = _mm512_dpbusd_epi32(i0a, _mm512_loadu_si512(b0 + 64 * i), a0);
         i0b = _mm512_dpbusd_epi32(i0b, _mm512_loadu_si512(b0 + 64 * i + 64), a1);
         i1a = _mm512_dpbusd_epi32(i1a, _mm512_loadu_si512(b1 + 64 * i), a0);
         i1b = _mm512_dpbusd_epi32(i1b, _mm512_loadu_si512(b1 + 64 * i + 64), a1);
       }
+      prefetched = static_cast<size_t>(quads) * 64;
+    }
+    for (size_t off = prefetched; off < geo.group_bytes; off += 64) {  // the scale lines
+      _mm_prefetch(pf0 + off, _MM_HINT_T0);
+      _mm_prefetch(pf1 + off, _MM_HINT_T0);
     }
     const __m512 d0 =
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + geo.code_bytes)));
