@@ -154,6 +154,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       const ProcessMemory after = ReadProcessMemory();
       r.peak_rss_increase_bytes =
           static_cast<int64_t>(after.peak_rss_bytes) - static_cast<int64_t>(before.rss_bytes);
+      r.session_bytes = session->memory_bytes();
 
       // Bytes one decode step reads: every matrix once, plus the KV cache up to the position
       // (on average, the middle of the generated span).
@@ -220,7 +221,7 @@ std::string BenchJson(const BenchResult& r) {
       "\"prefill_tokens_per_s\": %.3f, \"prefill_tokens_per_s_min\": %.3f, "
       "\"prefill_tokens_per_s_max\": %.3f, \"decode_tokens_per_s\": %.3f, "
       "\"decode_tokens_per_s_min\": %.3f, \"decode_tokens_per_s_max\": %.3f, "
-      "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, "
+      "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, \"session_bytes\": %llu, "
       "\"memory_bandwidth_gbps\": %.3f, \"decode_bytes_per_token\": %.0f, "
       "\"decode_roofline_tokens_per_s\": %.3f, \"decode_roofline_fraction\": %.4f, "
       "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %.0f, "
@@ -231,7 +232,8 @@ std::string BenchJson(const BenchResult& r) {
       static_cast<unsigned long long>(r.repacked_bytes), r.load_ms, r.prefill_tokens_per_s.median,
       r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max, r.decode_tokens_per_s.median,
       r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.cpu_seconds,
-      static_cast<long long>(r.peak_rss_increase_bytes), r.memory_bandwidth_gbps,
+      static_cast<long long>(r.peak_rss_increase_bytes),
+      static_cast<unsigned long long>(r.session_bytes), r.memory_bandwidth_gbps,
       r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
       r.int8_peak_gmacs, r.prefill_macs_per_token, r.prefill_compute_fraction);
   return buf;

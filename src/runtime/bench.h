@@ -45,6 +45,7 @@ struct BenchResult {
   Stat prefill_tokens_per_s, decode_tokens_per_s;
   double cpu_seconds = 0;  // median CPU time (all threads) of one pp + tg run
   int64_t peak_rss_increase_bytes = 0;
+  uint64_t session_bytes = 0;  // the session's KV cache and scratch (allocated once)
   // Ceilings measured in the same run (0 when not measured).
   double memory_bandwidth_gbps = 0;
   double decode_bytes_per_token = 0;
