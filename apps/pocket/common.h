@@ -31,6 +31,7 @@ Command AddBenchCommand(CLI::App& root);
 Command AddConvertCommand(CLI::App& root);
 Command AddVerifyCommand(CLI::App& root);
 Command AddPruneVocabCommand(CLI::App& root);
+Command AddScoreCommand(CLI::App& root);
 
 // Prints "pocket: error: <message>" to stderr and returns 1.
 int ReportError(const Status& status);

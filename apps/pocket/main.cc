@@ -65,11 +65,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "pocket 0.1.0");
   app.require_subcommand(1);
   app.fallthrough();
-  std::vector<Command> commands = {AddRunCommand(app),      AddChatCommand(app),
-                                   AddTokenizeCommand(app), AddLogitsCommand(app),
-                                   AddInfoCommand(app),     AddMakeModelCommand(app),
-                                   AddBenchCommand(app),    AddConvertCommand(app),
-                                   AddVerifyCommand(app),   AddPruneVocabCommand(app)};
+  std::vector<Command> commands = {
+      AddRunCommand(app),        AddChatCommand(app),    AddTokenizeCommand(app),
+      AddLogitsCommand(app),     AddInfoCommand(app),    AddMakeModelCommand(app),
+      AddBenchCommand(app),      AddConvertCommand(app), AddVerifyCommand(app),
+      AddPruneVocabCommand(app), AddScoreCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,6 @@
 // Opens whatever model a user points at: a GGUF file, a .pocket package, a Hugging Face directory
-// or a llama2.c checkpoint, and exposes its tensors by name (in place, zero copy) plus the format-specific
-// metadata for the config builder.
+// or a llama2.c checkpoint, and exposes its tensors by name (in place, zero copy) plus the
+// format-specific metadata for the config builder.
 #pragma once
 
 #include <memory>

@@ -87,7 +87,28 @@ struct AttentionTask {
   int64_t t_begin = 0;
   int64_t t_end = 0;
   float scale = 1.0f;
+  // Tree attention (candidates scored in one pass): positions in [hidden_begin, hidden_end) are
+  // invisible to the task's tokens. Both 0: plain causal attention.
+  int64_t hidden_begin = 0;
+  int64_t hidden_end = 0;
 };
+
+// The positions of 16-position block b that a token seeing [0, n_pos) minus the task's hidden
+// range sees: bit j for position 16 b + j (0: none; then the block must be skipped).
+inline uint32_t VisibleLanes(const AttentionTask& task, int64_t b, int64_t n_pos) {
+  const int64_t valid = n_pos - 16 * b;
+  if (valid <= 0) return 0;
+  uint32_t lanes = valid >= 16 ? 0xffffu : (1u << valid) - 1u;
+  const int64_t lo = task.hidden_begin - 16 * b > 0 ? task.hidden_begin - 16 * b : 0;
+  const int64_t hi = task.hidden_end - 16 * b < 16 ? task.hidden_end - 16 * b : 16;
+  if (lo < hi) lanes &= ~(((1u << (hi - lo)) - 1u) << lo);
+  return lanes;
+}
+// One past the last visible position of a block (the rows a kernel must load).
+inline int64_t LanesExtent(uint32_t lanes) {
+  return lanes == 0 ? 0 : 32 - __builtin_clz(lanes);
+}
+
 // Scratch floats an attention call (either form) needs (a task covers at most 16 query tokens).
 inline int64_t AttentionScratchFloats(int32_t n_q_heads, int32_t head_dim) {
   return 16 * int64_t{n_q_heads} * (2 * int64_t{head_dim} + 48) + 64 * int64_t{head_dim} + 1024;

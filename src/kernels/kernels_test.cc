@@ -270,28 +270,35 @@ TEST_P(KernelsTest, AttentionWithinTolerance) {
       std::vector<float> q = Random(static_cast<size_t>(n_tokens * ld), 6, 2.0f);
       std::vector<float> want(static_cast<size_t>(n_tokens * ld)), got(want.size());
       std::vector<float> scratch(static_cast<size_t>(AttentionScratchFloats(n_q_heads, hd)));
-      for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
-        AttentionTask task{q.data(),
-                           ld,
-                           want.data(),
-                           ld,
-                           kv,
-                           n_q_heads,
-                           pos0,
-                           t0,
-                           std::min<int64_t>(n_tokens, t0 + 16),
-                           1.0f / std::sqrt(float(hd))};
-        reference::Attention(task, scratch.data());
-        task.out = got.data();
-        k.attention(task, scratch.data());
-      }
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int64_t i = 0; i < n_q_heads * hd; ++i) {
-          const float a = want[static_cast<size_t>(t * ld + i)],
-                      b = got[static_cast<size_t>(t * ld + i)];
-          ASSERT_NEAR(a, b, 2e-5f + 2e-5f * std::fabs(a))
-              << k.name << " kv " << KvTypeName(type) << " hd " << hd << " token " << t << " i "
-              << i;
+      // Hidden ranges (tree attention): none, unaligned across blocks, a whole block, and one
+      // covering some of the tokens' own positions.
+      const std::pair<int64_t, int64_t> hidden[] = {{0, 0}, {5, 40}, {16, 32}, {37, 45}, {20, 23}};
+      for (const auto& [hidden_begin, hidden_end] : hidden) {
+        for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
+          AttentionTask task{q.data(),
+                             ld,
+                             want.data(),
+                             ld,
+                             kv,
+                             n_q_heads,
+                             pos0,
+                             t0,
+                             std::min<int64_t>(n_tokens, t0 + 16),
+                             1.0f / std::sqrt(float(hd))};
+          task.hidden_begin = hidden_begin;
+          task.hidden_end = hidden_end;
+          reference::Attention(task, scratch.data());
+          task.out = got.data();
+          k.attention(task, scratch.data());
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t i = 0; i < n_q_heads * hd; ++i) {
+            const float a = want[static_cast<size_t>(t * ld + i)],
+                        b = got[static_cast<size_t>(t * ld + i)];
+            ASSERT_NEAR(a, b, 2e-5f + 2e-5f * std::fabs(a))
+                << k.name << " kv " << KvTypeName(type) << " hd " << hd << " hidden ["
+                << hidden_begin << ", " << hidden_end << ") token " << t << " i " << i;
+          }
         }
       }
     }

@@ -19,6 +19,8 @@ struct Pass {
   ThreadPool& pool;
   int32_t n_tokens;
   int32_t pos0;
+  const TreeBatch* tree = nullptr;  // set for candidate scoring (tree attention)
+  bool exact_form = false;          // packed matrices in the per-group form, whatever the batch
 
   float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
 };
@@ -49,7 +51,9 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
     // Many tokens on a table with a tile engine: the prefill form (activation blocks of up to 512
     // columns, weights requantized per row; kernel_table.h). Otherwise the exact per-group form.
     const int32_t prefill_block =
-        n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr ? PrefillBlock(l.p.layout) : 0;
+        n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr && !p.exact_form
+            ? PrefillBlock(l.p.layout)
+            : 0;
     const bool prefill = prefill_block > 0;
     const int64_t n_panels = l.p.layout.n_panels();
     const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
@@ -132,7 +136,8 @@ void RopeTables(const Model& model, const Pass& p) {
   const int32_t half = p.c.head_dim / 2;
   const std::vector<double>& inv_freq = model.rope_inv_freq();
   for (int32_t t = 0; t < p.n_tokens; ++t) {
-    const double pos = static_cast<double>(p.pos0 + t);
+    const double pos = static_cast<double>(
+        p.tree != nullptr ? p.tree->rope_pos[static_cast<size_t>(t)] : p.pos0 + t);
     for (int32_t i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[static_cast<size_t>(i)];
       p.s.rope_cos[t * half + i] = static_cast<float>(std::cos(angle));
@@ -178,8 +183,9 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
     }
   });
   // Append this chunk's keys and values to the cache, then attend: one task per KV head and
-  // block of 16 query tokens.
-  const int64_t n_blocks = (p.n_tokens + 15) / 16;
+  // block of 16 query tokens (a tree batch: per KV head and segment).
+  const int64_t n_blocks =
+      p.tree != nullptr ? static_cast<int64_t>(p.tree->segments.size()) : (p.n_tokens + 15) / 16;
   const int64_t n_tasks = c.n_kv_heads * n_blocks;
   const int32_t group = c.gqa_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -189,16 +195,18 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   };
   // With one token block per head, a head's task stores its own keys and values first (one
   // parallel region); otherwise every block of a head needs the whole chunk stored before.
-  const bool store_in_task = n_blocks == 1;
+  const bool store_in_task = n_blocks == 1 && p.tree == nullptr;
   if (!store_in_task) {
     p.pool.ParallelFor(c.n_kv_heads, [&](int64_t b, int64_t e, int) {
       for (int64_t g = b; g < e; ++g) store(g);
     });
   }
   // Many tokens on a table with a tile engine: the bf16 tile form (kernel_table.h).
-  const auto attend = p.n_tokens >= kPrefillMinTokens && p.k.prefill_attention != nullptr
-                          ? p.k.prefill_attention
-                          : p.k.attention;
+  // Tree batches use the general form, which honours the hidden ranges.
+  const auto attend =
+      p.n_tokens >= kPrefillMinTokens && p.k.prefill_attention != nullptr && p.tree == nullptr
+          ? p.k.prefill_attention
+          : p.k.attention;
   p.pool.ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
     for (int64_t task_id = b; task_id < e; ++task_id) {
       const int64_t g = task_id / n_blocks, block = task_id % n_blocks;
@@ -214,6 +222,13 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       task.t_begin = block * 16;
       task.t_end = std::min<int64_t>(p.n_tokens, block * 16 + 16);
       task.scale = scale;
+      if (p.tree != nullptr) {
+        const TreeBatch::Segment& seg = p.tree->segments[static_cast<size_t>(block)];
+        task.t_begin = seg.t_begin;
+        task.t_end = seg.t_end;
+        task.hidden_begin = seg.hidden_begin;
+        task.hidden_end = seg.hidden_end;
+      }
       attend(task, p.thread_scratch(thread));
     }
   });
@@ -237,7 +252,8 @@ void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
 }
 
 Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
-           std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
+           std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits,
+           const TreeBatch* tree = nullptr) {
   const ModelConfig& c = model.config();
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (n == 0) return InvalidArgumentError("no tokens to run");
@@ -248,7 +264,10 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
     return OutOfRangeError("positions ", pos0, " to ", pos0 + n - 1, " do not fit the context of ",
                            kv.n_ctx(), " tokens");
   }
-  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0};
+  // Scoring batches (a few dozen tokens) use the per-group form: the tile form requantizes every
+  // weight for each call, which only pays off over long prompts (and its different rounding would
+  // make one-pass scores differ from one-candidate-at-a-time scores).
+  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0, tree, tree != nullptr};
   POCKET_RETURN_IF_ERROR(Embed(p, tokens));
   RopeTables(model, p);
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
@@ -261,6 +280,7 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
     const int32_t first = all_positions ? 0 : n - 1;
     Pass last = p;
     last.n_tokens = n - first;
+
     Project(last, p.w.output, p.s.x + static_cast<size_t>(first) * c.d_model, c.d_model,
             p.w.output_norm, {logits, c.vocab_size, Epilogue::kStore});
   }
@@ -328,6 +348,27 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
 Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
   return Run(model, kv, scratch, pool, tokens, pos0, all_positions, logits);
+}
+
+Status PrefillTree(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+                   const TreeBatch& batch, int32_t pos0, float* logits) {
+  const int32_t n = static_cast<int32_t>(batch.tokens.size());
+  if (batch.rope_pos.size() != batch.tokens.size()) {
+    return InvalidArgumentError("tree batch: ", batch.rope_pos.size(), " positions for ", n,
+                                " tokens");
+  }
+  int32_t next = 0;
+  for (const TreeBatch::Segment& seg : batch.segments) {
+    if (seg.t_begin != next || seg.t_end <= seg.t_begin || seg.t_end - seg.t_begin > 16 ||
+        seg.t_end > n || seg.hidden_begin < 0 || seg.hidden_begin > seg.hidden_end ||
+        seg.hidden_end > pos0 + seg.t_begin) {
+      return InvalidArgumentError("tree batch: bad segment [", seg.t_begin, ", ", seg.t_end,
+                                  ") hiding [", seg.hidden_begin, ", ", seg.hidden_end, ")");
+    }
+    next = seg.t_end;
+  }
+  if (next != n) return InvalidArgumentError("tree batch: segments cover ", next, " of ", n);
+  return Run(model, kv, scratch, pool, batch.tokens, pos0, true, logits, &batch);
 }
 
 Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -47,6 +48,25 @@ class ForwardScratch {
 // logits: [n, vocab] when all_positions, else [1, vocab] for the last token only (or null).
 Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits);
+
+// Candidate continuations of a prompt evaluated in one pass with a tree attention mask (each
+// candidate sees the prompt and its own earlier tokens). The batch occupies KV slots
+// [pos0, pos0 + tokens.size()), candidates one after another; each segment hides the slots of
+// the candidates before its own.
+struct TreeBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t>
+      rope_pos;  // RoPE position of each token (candidates restart after the prompt)
+  struct Segment {
+    int32_t t_begin = 0, t_end = 0;            // batch tokens (at most 16, one candidate)
+    int32_t hidden_begin = 0, hidden_end = 0;  // KV slots they must not see
+  };
+  std::vector<Segment> segments;  // cover the batch, in order
+};
+
+// Runs a tree batch (tokens.size() <= scratch.max_batch()); logits: [n, vocab] for every token.
+Status PrefillTree(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+                   const TreeBatch& batch, int32_t pos0, float* logits);
 
 // One token at position pos; logits: [vocab].
 Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,

@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "base/timer.h"
@@ -84,6 +85,7 @@ Status Session::Append(std::span<const int32_t> tokens, float* all_logits,
     }
     if (!s.ok()) return s;
     history_.insert(history_.end(), chunk.begin(), chunk.end());
+    logits_at_ = history_.size();
     done += n;
     if (progress) progress(static_cast<int32_t>(done), static_cast<int32_t>(tokens.size()));
   }
@@ -99,8 +101,9 @@ Status Session::SetContext(std::span<const int32_t> tokens, const PrefillProgres
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) {
     ++common;
   }
-  // Re-evaluate at least the last token: its logits are what the next sample needs.
-  if (common == tokens.size() && common > 0) --common;
+  // The next sample needs the logits after the last token: re-evaluate it unless they are the
+  // ones at hand (the same context again, as when scoring several candidate sets).
+  if (common == tokens.size() && common > 0 && logits_at_ != common) --common;
   history_.resize(common);
   return Append(tokens.subspan(common), nullptr, progress);
 }
@@ -192,6 +195,134 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   if (tok != nullptr && result.stop_reason != StopReason::kStopString) emit(stream.Flush());
   result.decode_us = watch.elapsed_us();
   return result;
+}
+
+namespace {
+
+// log softmax of logits[0..n) at `id`, in double.
+double LogProb(const float* logits, int64_t n, int32_t id) {
+  const float max = *std::max_element(logits, logits + n);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  return static_cast<double>(logits[id]) - max - std::log(sum);
+}
+
+Status CheckCandidates(const std::vector<std::vector<int32_t>>& candidates, int32_t vocab) {
+  if (candidates.empty()) return InvalidArgumentError("no candidates to score");
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (candidates[c].empty()) return InvalidArgumentError("candidate ", c, " has no tokens");
+    for (int32_t id : candidates[c]) {
+      if (id < 0 || id >= vocab) {
+        return OutOfRangeError("candidate ", c, ": token id ", id,
+                               " is outside the vocabulary (0 to ", vocab - 1, ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Totals, normalized probabilities, ranking.
+std::vector<CandidateScore> Rank(std::vector<CandidateScore> scores) {
+  double best = -INFINITY;
+  for (CandidateScore& s : scores) {
+    s.logprob = 0.0;
+    for (double lp : s.token_logprobs) s.logprob += lp;
+    best = std::max(best, s.logprob);
+  }
+  double z = 0.0;
+  for (const CandidateScore& s : scores) z += std::exp(s.logprob - best);
+  for (CandidateScore& s : scores) s.probability = std::exp(s.logprob - best) / z;
+  std::stable_sort(
+      scores.begin(), scores.end(),
+      [](const CandidateScore& a, const CandidateScore& b) { return a.logprob > b.logprob; });
+  return scores;
+}
+
+}  // namespace
+
+StatusOr<std::vector<CandidateScore>> Session::Score(
+    std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
+  const int32_t vocab = model_->config().vocab_size;
+  POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
+  if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
+  // The batch: of each candidate, the tokens whose next-token distribution is needed (all but
+  // its last; a one-token candidate's only log-probability comes from the prompt's logits), one
+  // candidate after another in the KV slots after the prompt.
+  const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+  int64_t batch_tokens = 0;
+  for (const auto& c : candidates) batch_tokens += static_cast<int64_t>(c.size()) - 1;
+  if (batch_tokens > n_batch_) {
+    return OutOfRangeError(candidates.size(), " candidates need ", batch_tokens,
+                           " tokens evaluated, more than the prefill chunk of ", n_batch_,
+                           " tokens (raise n_batch)");
+  }
+  if (n_prompt + batch_tokens > kv_.n_ctx()) {
+    return OutOfRangeError("the prompt and the candidates take ", n_prompt + batch_tokens,
+                           " positions, more than the context of ", kv_.n_ctx());
+  }
+  POCKET_RETURN_IF_ERROR(SetContext(prompt));
+  TreeBatch batch;
+  std::vector<int32_t> start(candidates.size());  // batch index of each candidate's first token
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const int32_t begin = static_cast<int32_t>(batch.tokens.size());
+    start[c] = begin;
+    for (size_t j = 0; j + 1 < candidates[c].size(); ++j) {
+      batch.tokens.push_back(candidates[c][j]);
+      batch.rope_pos.push_back(n_prompt + static_cast<int32_t>(j));
+    }
+    // Each token sees the prompt and its own candidate: the earlier candidates are hidden.
+    const int32_t end = static_cast<int32_t>(batch.tokens.size());
+    for (int32_t t = begin; t < end; t += 16) {
+      batch.segments.push_back({t, std::min(end, t + 16), n_prompt, n_prompt + begin});
+    }
+  }
+  if (!batch.tokens.empty()) {
+    score_logits_.resize(batch.tokens.size() * static_cast<size_t>(vocab));
+    POCKET_RETURN_IF_ERROR(
+        PrefillTree(*model_, kv_, scratch_, *pool_, batch, n_prompt, score_logits_.data()));
+  }
+  std::vector<CandidateScore> scores(candidates.size());
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    CandidateScore& s = scores[c];
+    s.index = static_cast<int32_t>(c);
+    s.tokens = candidates[c];
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      const float* row = j == 0 ? logits_.data()
+                                : score_logits_.data() + static_cast<size_t>(start[c] + j - 1) *
+                                                             static_cast<size_t>(vocab);
+      s.token_logprobs.push_back(LogProb(row, vocab, s.tokens[j]));
+    }
+  }
+  return Rank(std::move(scores));
+}
+
+StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
+    std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
+  const int32_t vocab = model_->config().vocab_size;
+  POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
+  if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
+  POCKET_RETURN_IF_ERROR(SetContext(prompt));
+  const std::vector<float> first = logits_;
+  std::vector<CandidateScore> scores(candidates.size());
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    history_.resize(prompt.size());  // back to the prompt: its KV rows stay valid
+    // As Score: every token but the last is evaluated (its successor's distribution is needed).
+    const std::span<const int32_t> needed(candidates[c].data(), candidates[c].size() - 1);
+    score_logits_.resize(needed.size() * static_cast<size_t>(vocab));
+    if (!needed.empty()) POCKET_RETURN_IF_ERROR(Append(needed, score_logits_.data()));
+    CandidateScore& s = scores[c];
+    s.index = static_cast<int32_t>(c);
+    s.tokens = candidates[c];
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      const float* row =
+          j == 0 ? first.data() : score_logits_.data() + (j - 1) * static_cast<size_t>(vocab);
+      s.token_logprobs.push_back(LogProb(row, vocab, s.tokens[j]));
+    }
+  }
+  history_.resize(prompt.size());
+  logits_ = first;
+  logits_at_ = prompt.size();
+  return Rank(std::move(scores));
 }
 
 }  // namespace pocket

@@ -58,6 +58,15 @@ struct GenerateResult {
   int64_t decode_us = 0;
 };
 
+// One candidate continuation scored by Session::Score.
+struct CandidateScore {
+  int32_t index = 0;                   // its position in the caller's list
+  std::vector<int32_t> tokens;         // the token ids scored
+  std::vector<double> token_logprobs;  // log p(tokens[j] | prompt, tokens[0..j))
+  double logprob = 0.0;                // their sum
+  double probability = 0.0;            // exp(logprob), normalized over the candidates
+};
+
 // Receives each piece of generated text (whole UTF-8 characters); return false to stop.
 using StreamCallback = std::function<bool(std::string_view piece)>;
 
@@ -92,10 +101,26 @@ class Session {
   StatusOr<GenerateResult> Generate(std::string_view text, const GenerateOptions& options,
                                     const StreamCallback& on_text = nullptr);
 
+  // Log-probabilities of candidate continuations of `prompt`, best first. The context becomes the
+  // prompt (its KV rows are reused as by SetContext); then every candidate is evaluated in ONE
+  // forward pass with a tree attention mask: each candidate sees the prompt and its own earlier
+  // tokens, at positions that restart after the prompt. The candidates' KV rows are scratch: the
+  // history stays the prompt. All candidates' tokens together must fit the prefill chunk
+  // (n_batch) and, after the prompt, the context.
+  StatusOr<std::vector<CandidateScore>> Score(std::span<const int32_t> prompt,
+                                              const std::vector<std::vector<int32_t>>& candidates);
+  // The same, one forward pass per candidate after the prompt (the oracle Score is tested
+  // against, and the baseline it is measured against).
+  StatusOr<std::vector<CandidateScore>> ScoreSeparately(
+      std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates);
+
   // Thread-safe: stops a running Generate within one token (or one prefill chunk).
   void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
   // Forgets the context.
-  void Reset() { history_.clear(); }
+  void Reset() {
+    history_.clear();
+    logits_at_ = 0;
+  }
 
  private:
   Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch,
@@ -109,6 +134,8 @@ class Session {
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;
+  size_t logits_at_ = 0;             // the history length logits_ belong to (0: none)
+  std::vector<float> score_logits_;  // [batch, vocab] logits of the last Score call
   std::atomic<bool> cancel_{false};
 };
 

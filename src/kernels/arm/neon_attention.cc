@@ -78,7 +78,7 @@ struct Softmax {
 // Scores of kHeads query heads (from h0) for block b, folded into the online softmax.
 template <KvType kType, int kHeads>
 inline void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int64_t valid,
-                       int32_t h0, const Softmax& sm) {
+                       uint32_t lanes, int32_t h0, const Softmax& sm) {
   const int32_t hd = task.kv.head_dim;
   float32x4_t s[kHeads][4];
   for (int h = 0; h < kHeads; ++h)
@@ -98,11 +98,9 @@ inline void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int
     for (int c = 0; c < 4; ++c) kscale[c] = vmulq_f32(kscale[c], vdupq_n_f32(task.scale));
     LoadBlock16(task.kv.v_scale + 16 * b, valid, vscale);
   }
-  uint32x4_t in[4];  // positions inside the causal range
-  const uint32x4_t iota = {0, 1, 2, 3};
-  for (int c = 0; c < 4; ++c)
-    in[c] =
-        vcltq_u32(vaddq_u32(iota, vdupq_n_u32(4 * c)), vdupq_n_u32(static_cast<uint32_t>(valid)));
+  uint32x4_t in[4];  // visible positions (causal, not hidden)
+  const uint32x4_t bit = {1, 2, 4, 8};
+  for (int c = 0; c < 4; ++c) in[c] = vtstq_u32(vdupq_n_u32(lanes >> (4 * c)), bit);
   const float32x4_t neg_inf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f);
   for (int h = 0; h < kHeads; ++h) {
     const int32_t hh = h0 + h;
@@ -167,11 +165,13 @@ void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
     sm.run_sum[h] = 0.0f;
   }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t valid = n_pos - 16 * b < 16 ? n_pos - 16 * b : 16;
+    const uint32_t lanes = VisibleLanes(task, b, n_pos);
+    if (lanes == 0) continue;  // hidden (tree attention)
+    const int64_t valid = LanesExtent(lanes);
     int32_t h0 = 0;
-    for (; h0 + 4 <= n_heads; h0 += 4) ScoreBlock<kType, 4>(task, q, b, valid, h0, sm);
-    for (; h0 + 2 <= n_heads; h0 += 2) ScoreBlock<kType, 2>(task, q, b, valid, h0, sm);
-    for (; h0 < n_heads; ++h0) ScoreBlock<kType, 1>(task, q, b, valid, h0, sm);
+    for (; h0 + 4 <= n_heads; h0 += 4) ScoreBlock<kType, 4>(task, q, b, valid, lanes, h0, sm);
+    for (; h0 + 2 <= n_heads; h0 += 2) ScoreBlock<kType, 2>(task, q, b, valid, lanes, h0, sm);
+    for (; h0 < n_heads; ++h0) ScoreBlock<kType, 1>(task, q, b, valid, lanes, h0, sm);
     for (int32_t h = 0; h < n_heads; ++h) {
       int32_t c0 = 0;
       for (; c0 + 64 <= hd; c0 += 64) AccumulateValues<kType, 16>(task, b, valid, h, c0, sm);

@@ -302,7 +302,11 @@ void Attention(const AttentionTask& task, float* scratch) {
       float* out = task.out + t * task.ldo + h * hd;
       float max_score = -INFINITY;
       // scratch holds the scores of this head: reuse it position by position in chunks.
+      const auto hidden = [&task](int64_t p) {
+        return p >= task.hidden_begin && p < task.hidden_end;
+      };
       for (int64_t p = 0; p < n_pos; ++p) {
+        if (hidden(p)) continue;
         float s = 0.0f;
         for (int64_t d = 0; d < hd; ++d) s += q[d] * LoadK(task.kv, p, d);
         max_score = std::max(max_score, s * task.scale);
@@ -310,6 +314,7 @@ void Attention(const AttentionTask& task, float* scratch) {
       double sum = 0.0;
       for (int64_t d = 0; d < hd; ++d) scratch[d] = 0.0f;
       for (int64_t p = 0; p < n_pos; ++p) {
+        if (hidden(p)) continue;
         float s = 0.0f;
         for (int64_t d = 0; d < hd; ++d) s += q[d] * LoadK(task.kv, p, d);
         const float e = std::exp(s * task.scale - max_score);

@@ -71,7 +71,7 @@ constexpr int kMaxScoreHeads = 4;  // query heads whose scores are computed toge
 // Scores of block b for kHeads query heads from h0, then the online-softmax update of those heads:
 // probabilities (times the V scales for kQ8) into st.probs, running max / sum, acc rescaled.
 template <KvType kType, int kHeads>
-void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int64_t valid, int32_t h0,
+void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, uint32_t lanes, int32_t h0,
                 const TokenState& st) {
   const int32_t hd = task.kv.head_dim;
   __m256 s[2 * kHeads];
@@ -87,7 +87,11 @@ void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int64_t va
       s[2 * h + 1] = _mm256_fmadd_ps(qd, khi, s[2 * h + 1]);
     }
   }
-  const __m256i mlo = MaskFor(valid), mhi = MaskFor(valid - 8);
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i mlo = _mm256_cmpeq_epi32(
+      _mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(lanes & 0xffu)), bit), bit);
+  const __m256i mhi = _mm256_cmpeq_epi32(
+      _mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(lanes >> 8)), bit), bit);
   __m256 scale_lo = _mm256_set1_ps(task.scale), scale_hi = scale_lo;
   __m256 vs_lo = _mm256_set1_ps(1.0f), vs_hi = vs_lo;
   if constexpr (kType == KvType::kQ8) {
@@ -197,21 +201,23 @@ void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
   const int32_t passes = (n_heads + kMaxScoreHeads - 1) / kMaxScoreHeads;
   const int32_t chunk = (n_heads + passes - 1) / passes;
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t valid = n_pos - 16 * b < 16 ? n_pos - 16 * b : 16;
+    const uint32_t lanes = VisibleLanes(task, b, n_pos);
+    if (lanes == 0) continue;  // hidden (tree attention)
+    const int64_t valid = LanesExtent(lanes);
     for (int32_t h0 = 0; h0 < n_heads; h0 += chunk) {
       const int32_t nh = n_heads - h0 < chunk ? n_heads - h0 : chunk;
       switch (nh) {
         case 1:
-          ScoreBlock<kType, 1>(task, q, b, valid, h0, st);
+          ScoreBlock<kType, 1>(task, q, b, lanes, h0, st);
           break;
         case 2:
-          ScoreBlock<kType, 2>(task, q, b, valid, h0, st);
+          ScoreBlock<kType, 2>(task, q, b, lanes, h0, st);
           break;
         case 3:
-          ScoreBlock<kType, 3>(task, q, b, valid, h0, st);
+          ScoreBlock<kType, 3>(task, q, b, lanes, h0, st);
           break;
         default:
-          ScoreBlock<kType, 4>(task, q, b, valid, h0, st);
+          ScoreBlock<kType, 4>(task, q, b, lanes, h0, st);
           break;
       }
     }

@@ -197,8 +197,14 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
         _mm_prefetch(vn + off, _MM_HINT_T0);
       }
     }
+    // Rows to load: up to the last position any of the task's tokens sees in this block.
+    uint32_t block_lanes = 0;
+    for (int64_t ti = 0; ti < nt; ++ti) {
+      block_lanes |= VisibleLanes(task, b, task.pos0 + task.t_begin + ti + 1);
+    }
+    if (block_lanes == 0) continue;  // hidden from every token (tree attention)
+    const int64_t block_valid = LanesExtent(block_lanes);
     for (int32_t d = 0; d < hd; ++d) _mm512_storeu_ps(kf + 16 * d, LoadKRow<kType>(task.kv, b, d));
-    const int64_t block_valid = last_pos + 1 - 16 * b < 16 ? last_pos + 1 - 16 * b : 16;
     for (int64_t j = 0; j < block_valid; ++j) {
       for (int32_t c = 0; c < nc; ++c)
         _mm512_storeu_ps(vf + j * hd + 16 * c, LoadV16<kType>(task.kv, 16 * b + j, 16 * c));
@@ -211,9 +217,11 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
     }
     for (int64_t ti = 0; ti < nt; ++ti) {
       const int64_t n_pos = task.pos0 + task.t_begin + ti + 1;
-      if (16 * b >= n_pos) continue;  // causal: this block is in the token's future
-      const int64_t valid = n_pos - 16 * b < 16 ? n_pos - 16 * b : 16;
-      const __mmask16 mask = MaskFor(valid);
+      // Causal (a block in the token's future) or hidden (tree attention): nothing to see.
+      const uint32_t lanes = VisibleLanes(task, b, n_pos);
+      if (lanes == 0) continue;
+      const int64_t valid = LanesExtent(lanes);
+      const __mmask16 mask = static_cast<__mmask16>(lanes);
       const float* q = task.q + (task.t_begin + ti) * task.ldq;
       for (int32_t h0 = 0; h0 < n_heads; h0 += kMaxHeadChunk) {
         const int32_t nh = n_heads - h0 < kMaxHeadChunk ? n_heads - h0 : kMaxHeadChunk;
