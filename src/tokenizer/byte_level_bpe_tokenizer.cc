@@ -104,7 +104,16 @@ Status ByteLevelBpeTokenizer::Build() {
     merge_ids_.reserve(spec_.merges.size());
     POCKET_RETURN_IF_ERROR(BuildMerges());
   }
-  // The tables hold what encoding needs; the merge strings would only cost memory.
+  // The tables hold what encoding needs; the token and merge strings would only cost memory
+  // (about 2.5 MB for a 65,536-token vocabulary): FullSpec() rebuilds them.
+  for (int32_t id = 0; id < n; ++id) {
+    const TokenType type = spec.types.empty() ? TokenType::kNormal : spec.types[id];
+    if (IsAdded(type)) continue;
+    const std::string& stored = spec_.tokens[static_cast<size_t>(id)];
+    if (byte_level::EncodeBytes(bytes_.Get(id)) != stored)
+      irregular_tokens_.emplace_back(id, stored);
+  }
+  spec_.tokens = {};
   spec_.merges = {};
   spec_.merge_ids = {};
   return Status::Ok();
@@ -112,10 +121,17 @@ Status ByteLevelBpeTokenizer::Build() {
 
 TokenizerSpec ByteLevelBpeTokenizer::FullSpec() const {
   TokenizerSpec full = spec_;
+  full.tokens.resize(static_cast<size_t>(n_tokens_));
+  for (int32_t id = 0; id < n_tokens_; ++id) {
+    const TokenType type = spec_.types.empty() ? TokenType::kNormal : spec_.types[id];
+    full.tokens[static_cast<size_t>(id)] =
+        IsAdded(type) ? std::string(bytes_.Get(id)) : byte_level::EncodeBytes(bytes_.Get(id));
+  }
+  for (const auto& [id, stored] : irregular_tokens_) full.tokens[static_cast<size_t>(id)] = stored;
   full.merges.reserve(merge_ids_.size());
   for (const auto& [left, right] : merge_ids_) {
-    full.merges.emplace_back(spec_.tokens[static_cast<size_t>(left)],
-                             spec_.tokens[static_cast<size_t>(right)]);
+    full.merges.emplace_back(full.tokens[static_cast<size_t>(left)],
+                             full.tokens[static_cast<size_t>(right)]);
   }
   return full;
 }

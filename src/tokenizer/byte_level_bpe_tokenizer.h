@@ -48,6 +48,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::vector<std::pair<int32_t, int32_t>> merge_ids_;  // the merges' parts by id, in rank order
   AddedTokenMatcher added_;
   std::unordered_map<std::string, int32_t> added_ids_;  // added token text -> id
+  // Tokens whose stored form is not the byte-level form of their bytes (unused tokens outside the
+  // byte-level alphabet): FullSpec() restores them from here.
+  std::vector<std::pair<int32_t, std::string>> irregular_tokens_;
 };
 
 }  // namespace pocket

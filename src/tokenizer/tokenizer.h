@@ -92,18 +92,21 @@ class Tokenizer {
   StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
 
   // The spec the tokenizer was built from. Byte-level BPE tokenizers keep their merges in compact
-  // internal tables and leave spec().merges empty (the strings cost megabytes an app never
-  // needs); FullSpec() rebuilds the complete spec, merges included, for tools that write one.
+  // internal tables and leave spec().merges and spec().tokens empty (the strings cost megabytes
+  // an app never needs); FullSpec() rebuilds the complete spec, tokens and merges included, for
+  // tools that write one.
   const TokenizerSpec& spec() const { return spec_; }
   virtual TokenizerSpec FullSpec() const { return spec_; }
-  int32_t vocab_size() const { return static_cast<int32_t>(spec_.tokens.size()); }
+  int32_t vocab_size() const { return n_tokens_; }
   bool IsSpecial(int32_t id) const;  // kControl tokens
   // Token id of an exact token string (stored form), or -1.
   virtual int32_t FindToken(std::string_view stored) const = 0;
 
  protected:
-  explicit Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {}
+  explicit Tokenizer(TokenizerSpec spec)
+      : spec_(std::move(spec)), n_tokens_(static_cast<int32_t>(spec_.tokens.size())) {}
   TokenizerSpec spec_;
+  int32_t n_tokens_ = 0;
 };
 
 // Incremental detokenizer for streaming: returns only complete UTF-8 characters, holding back the

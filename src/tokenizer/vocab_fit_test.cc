@@ -58,7 +58,7 @@ TEST(VocabFitTest, FullSizeIsIdentity) {
   POCKET_QWEN3_OR_FAIL(full);
   auto spec = TruncateVocab(full->FullSpec(), full->vocab_size());
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(spec->tokens, full->spec().tokens);
+  EXPECT_EQ(spec->tokens, full->FullSpec().tokens);
   EXPECT_EQ(spec->merges, full->FullSpec().merges);
   EXPECT_EQ(spec->eos_id, full->spec().eos_id);
 }

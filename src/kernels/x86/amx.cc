@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
@@ -355,10 +356,9 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
   alignas(64) float scales[2][16];
   alignas(64) int32_t c[2][4][16][16];  // two blocks' integer sums (double-buffered)
   alignas(64) float acc[32][2][16];
-  alignas(64) float tail_y[2][16];
   ConfigureSquare();
   // One block's tile products for tokens t0..t0+31 and both panels, into tiles 0-3.
-  auto issue = [&](int64_t t0, int64_t b) {
+  auto issue = [&](const int8_t* q, int64_t t0, int64_t b) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -366,12 +366,12 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
     for (int64_t k = b * block; k < (b + 1) * block; k += 64) {
       // Activation tiles straight from the quantized rows (row stride: the column count); packing
       // them contiguously first measured no faster.
-      _tile_loadd(4, a.q + t0 * cols + k, cols);
+      _tile_loadd(4, q + t0 * cols + k, cols);
       _tile_loadd(6, tiles[0] + k * 16, 64);
       _tile_dpbssd(0, 4, 6);
       _tile_loadd(7, tiles[1] + k * 16, 64);
       _tile_dpbssd(1, 4, 7);
-      _tile_loadd(5, a.q + (t0 + 16) * cols + k, cols);
+      _tile_loadd(5, q + (t0 + 16) * cols + k, cols);
       _tile_dpbssd(2, 5, 6);
       _tile_dpbssd(3, 5, 7);
     }
@@ -382,6 +382,19 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
     _tile_stored(2, c[buf][2], 64);
     _tile_stored(3, c[buf][3], 64);
   };
+  // The tokens past the last whole block of 32 run on the tiles too, from a zero-padded copy of
+  // their activation rows (the padding rows' results are dropped): a plain VNNI loop over the
+  // requantized weights made an 80-token prompt slower than a 64-token one.
+  const int64_t n_tail = a.n_tokens - full_tokens;
+  std::vector<int8_t> tail_q;
+  std::vector<float> tail_scale;
+  if (n_tail > 0) {
+    tail_q.assign(static_cast<size_t>(32 * cols), 0);
+    tail_scale.assign(static_cast<size_t>(32 * n_blocks), 0.0f);
+    std::memcpy(tail_q.data(), a.q + full_tokens * cols, static_cast<size_t>(n_tail * cols));
+    std::memcpy(tail_scale.data(), a.scale + full_tokens * n_blocks,
+                static_cast<size_t>(n_tail * n_blocks) * sizeof(float));
+  }
   for (int64_t p = panel_begin; p < panel_end; p += 2) {
     const int n_panels = p + 1 < panel_end ? 2 : 1;
     for (int j = 0; j < n_panels; ++j) {
@@ -393,91 +406,57 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
       std::memset(scales[1], 0, sizeof(scales[1]));
     }
     const __m512 d_rows[2] = {_mm512_load_ps(scales[0]), _mm512_load_ps(scales[1])};
-    // Steps (token block t0, column block b) in order; step s + 1's tile products run on the AMX
-    // unit while step s's integer sums get their float epilogue on the vector units.
-    const int64_t n_steps = full_tokens / 32 * n_blocks;
-    if (n_steps > 0) {
-      issue(0, 0);
-      store(0);
-    }
-    for (int64_t step = 0; step < n_steps; ++step) {
-      const int buf = static_cast<int>(step & 1);
-      const int64_t t0 = step / n_blocks * 32, b = step % n_blocks;
-      if (step + 1 < n_steps) issue((step + 1) / n_blocks * 32, (step + 1) % n_blocks);
-      for (int i = 0; i < 32; ++i) {
-        const __m512 s_tb = _mm512_set1_ps(a.scale[(t0 + i) * n_blocks + b]);
-        for (int j = 0; j < 2; ++j) {
-          const __m512 ci = _mm512_cvtepi32_ps(_mm512_load_si512(c[buf][(i / 16) * 2 + j][i % 16]));
-          // The first block starts the sum (ci * s + 0 rounds as ci * s).
-          _mm512_store_ps(acc[i][j], b == 0 ? _mm512_mul_ps(ci, s_tb)
-                                            : _mm512_fmadd_ps(ci, s_tb, _mm512_load_ps(acc[i][j])));
-        }
+    // Tokens [t0, t0 + 32 * n_steps / n_blocks) of activation rows q (scales `scale`), stored
+    // to output rows t_out0 + t for t < n_valid.
+    auto run = [&](const int8_t* q, const float* scale, int64_t n_steps, int64_t t_out0,
+                   int64_t n_valid) {
+      // Steps (token block t0, column block b) in order; step s + 1's tile products run on the AMX
+      // unit while step s's integer sums get their float epilogue on the vector units.
+      if (n_steps > 0) {
+        issue(q, 0, 0);
+        store(0);
       }
-      if (step + 1 < n_steps) store(buf ^ 1);
-      if (b + 1 < n_blocks) continue;
-      for (int i = 0; i < 32; ++i) {
-        const int64_t t = t0 + i;
-        const __m512 gate = _mm512_mul_ps(_mm512_load_ps(acc[i][0]), d_rows[0]);
-        if (swiglu) {
-          _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16,
-                           _mm512_mul_ps(avx512::Silu(gate),
-                                         _mm512_mul_ps(_mm512_load_ps(acc[i][1]), d_rows[1])));
-          continue;
-        }
-        for (int j = 0; j < n_panels; ++j) {
-          const int64_t row0 = (p + j) * 16;
-          const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
-          const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-          float* y = out.y + t * out.ld + row0;
-          __m512 v = j == 0 ? gate : _mm512_mul_ps(_mm512_load_ps(acc[i][j]), d_rows[j]);
-          if (out.epilogue == Epilogue::kAccumulate)
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-          _mm512_mask_storeu_ps(y, mask, v);
-        }
-      }
-    }
-    // The last tokens (fewer than a tile block), from the same requantized weights, with VNNI.
-    for (int64_t t = full_tokens; t < a.n_tokens; ++t) {
-      for (int j = 0; j < 2; ++j) {
-        __m512 y = _mm512_setzero_ps();
-        for (int64_t b = 0; b < n_blocks; ++b) {
-          __m512i iacc = _mm512_setzero_si512();
-          for (int64_t k = b * block; k < (b + 1) * block; k += 4) {
-            int32_t av;
-            std::memcpy(&av, a.q + t * cols + k, 4);
-            // Signed x signed: bias the activations to unsigned and correct with 128 * sum(w).
-            const __m512i wq = _mm512_load_si512(tiles[j] + k * 16);
-            iacc = _mm512_dpbusd_epi32(
-                iacc,
-                _mm512_xor_si512(_mm512_set1_epi32(av), _mm512_set1_epi8(static_cast<char>(0x80))),
-                wq);
-            iacc = _mm512_sub_epi32(
-                iacc, _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                          _mm512_set1_epi8(static_cast<char>(0x80)), wq));
+      for (int64_t step = 0; step < n_steps; ++step) {
+        const int buf = static_cast<int>(step & 1);
+        const int64_t t0 = step / n_blocks * 32, b = step % n_blocks;
+        if (step + 1 < n_steps) issue(q, (step + 1) / n_blocks * 32, (step + 1) % n_blocks);
+        for (int i = 0; i < 32; ++i) {
+          const __m512 s_tb = _mm512_set1_ps(scale[(t0 + i) * n_blocks + b]);
+          for (int j = 0; j < 2; ++j) {
+            const __m512 ci =
+                _mm512_cvtepi32_ps(_mm512_load_si512(c[buf][(i / 16) * 2 + j][i % 16]));
+            // The first block starts the sum (ci * s + 0 rounds as ci * s).
+            _mm512_store_ps(acc[i][j], b == 0
+                                           ? _mm512_mul_ps(ci, s_tb)
+                                           : _mm512_fmadd_ps(ci, s_tb, _mm512_load_ps(acc[i][j])));
           }
-          const __m512 s_tb = _mm512_set1_ps(a.scale[t * n_blocks + b]);
-          y = b == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(iacc), s_tb)
-                     : _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), s_tb, y);
         }
-        _mm512_store_ps(tail_y[j], _mm512_mul_ps(y, d_rows[j]));
+        if (step + 1 < n_steps) store(buf ^ 1);
+        if (b + 1 < n_blocks) continue;
+        for (int i = 0; i < 32 && t0 + i < n_valid; ++i) {
+          const int64_t t = t_out0 + t0 + i;
+          const __m512 gate = _mm512_mul_ps(_mm512_load_ps(acc[i][0]), d_rows[0]);
+          if (swiglu) {
+            _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16,
+                             _mm512_mul_ps(avx512::Silu(gate),
+                                           _mm512_mul_ps(_mm512_load_ps(acc[i][1]), d_rows[1])));
+            continue;
+          }
+          for (int j = 0; j < n_panels; ++j) {
+            const int64_t row0 = (p + j) * 16;
+            const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
+            const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+            float* y = out.y + t * out.ld + row0;
+            __m512 v = j == 0 ? gate : _mm512_mul_ps(_mm512_load_ps(acc[i][j]), d_rows[j]);
+            if (out.epilogue == Epilogue::kAccumulate)
+              v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+            _mm512_mask_storeu_ps(y, mask, v);
+          }
+        }
       }
-      if (swiglu) {
-        _mm512_storeu_ps(
-            out.y + t * out.ld + (p / 2) * 16,
-            _mm512_mul_ps(avx512::Silu(_mm512_load_ps(tail_y[0])), _mm512_load_ps(tail_y[1])));
-        continue;
-      }
-      for (int j = 0; j < n_panels; ++j) {
-        const int64_t row0 = (p + j) * 16;
-        const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
-        const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-        float* y = out.y + t * out.ld + row0;
-        __m512 v = _mm512_load_ps(tail_y[j]);
-        if (out.epilogue == Epilogue::kAccumulate)
-          v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-        _mm512_mask_storeu_ps(y, mask, v);
-      }
-    }
+    };
+    run(a.q, a.scale, full_tokens / 32 * n_blocks, 0, full_tokens);
+    if (n_tail > 0) run(tail_q.data(), tail_scale.data(), n_blocks, full_tokens, n_tail);
   }
   _tile_release();
 }
