@@ -108,7 +108,10 @@ Command AddRunCommand(CLI::App& root) {
   auto prompt_file = std::make_shared<std::string>();
   auto chat = std::make_shared<bool>(false);
   auto json = std::make_shared<bool>(false);
+  auto choice = std::make_shared<std::string>();
   app->add_option("-p,--prompt", *prompt, "the prompt");
+  app->add_option("--choice", *choice,
+                  "constrain the output to exactly one of these comma-separated strings");
   app->add_flag("--json", *json,
                 "print one JSON object at the end (text, token ids, timings) instead of streaming");
   app->add_option("-f,--file", *prompt_file, "read the prompt from a file");
@@ -144,8 +147,16 @@ Command AddRunCommand(CLI::App& root) {
             if (!so.ok()) return ReportError(so.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
+            GenerateOptions options = flags->Options();
+            std::unique_ptr<Constraint> constraint;
+            if (!choice->empty()) {
+              auto c = MakeChoiceConstraint(*(*model)->tokenizer(), SplitString(*choice, ','));
+              if (!c.ok()) return ReportError(c.status());
+              constraint = std::move(*c);
+              options.constraint = constraint.get();
+            }
             auto result =
-                (*session)->Generate(std::string_view(text), flags->Options(),
+                (*session)->Generate(std::string_view(text), options,
                                      *json ? StreamCallback() : StreamCallback(PrintPiece));
             if (!result.ok()) return ReportError(result.status());
             if (*json) {

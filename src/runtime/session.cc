@@ -155,16 +155,43 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
     if (on_text && !on_text(piece)) keep_going = false;
   };
   result.stop_reason = StopReason::kMaxTokens;
+  Constraint* constraint = options.constraint;
+  if (constraint != nullptr) constraint->Reset();
   for (int32_t i = 0; i < options.max_tokens; ++i) {
     if (cancelled()) {
       result.stop_reason = StopReason::kCancelled;
       break;
     }
-    const int32_t token = sampler.Sample(logits_.data(), history_);
+    int32_t token;
+    if (constraint != nullptr) {
+      const std::vector<int32_t>& allowed = constraint->Allowed();
+      const bool complete = constraint->Complete();
+      if (allowed.empty()) {
+        if (!complete) return InternalError("the constraint allows no token and is not complete");
+        result.stop_reason = StopReason::kEos;  // nothing can extend a complete output
+        break;
+      }
+      if (allowed.size() == 1 && !complete) {
+        token = allowed[0];  // jump-forward: the only continuation, no sampling
+      } else {
+        // Mask: the allowed tokens (and, when complete, the stop tokens) keep their logits.
+        masked_.assign(logits_.size(), -INFINITY);
+        for (int32_t id : allowed)
+          masked_[static_cast<size_t>(id)] = logits_[static_cast<size_t>(id)];
+        if (complete) {
+          for (int32_t id : stop_ids)
+            masked_[static_cast<size_t>(id)] = logits_[static_cast<size_t>(id)];
+        }
+        token = sampler.Sample(masked_.data(), history_);
+      }
+    } else {
+      token = sampler.Sample(logits_.data(), history_);
+    }
     if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
       result.stop_reason = StopReason::kEos;
       break;
     }
+    if (constraint != nullptr) POCKET_RETURN_IF_ERROR(constraint->Accept(token));
     result.tokens.push_back(token);
     if (tok != nullptr) {
       std::string piece;
@@ -191,6 +218,12 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
       break;
     }
     POCKET_RETURN_IF_ERROR(d);
+  }
+  if (constraint != nullptr && !constraint->Complete() &&
+      result.stop_reason == StopReason::kMaxTokens) {
+    return ResourceExhaustedError("the token budget of ", options.max_tokens,
+                                  " ran out before the constrained output was complete (",
+                                  QuoteBytes(result.text), " so far)");
   }
   if (tok != nullptr && result.stop_reason != StopReason::kStopString) emit(stream.Flush());
   result.decode_us = watch.elapsed_us();

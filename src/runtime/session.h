@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "generate/constraint.h"
 #include "generate/sampler.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
@@ -43,6 +44,10 @@ using PrefillProgress = std::function<void(int32_t n_done, int32_t n_total)>;
 
 struct GenerateOptions {
   SamplerParams sampling;
+  // Optional (not owned; reset by Generate): only tokens it allows are sampled, a token it alone
+  // allows is taken without sampling, the model may stop only when the output is complete, and a
+  // budget that runs out first is an error (ResourceExhausted), never a cut output.
+  Constraint* constraint = nullptr;
   int32_t max_tokens = 256;
   std::vector<std::string> stop_strings;
   PrefillProgress on_prefill_progress;
@@ -134,8 +139,10 @@ class Session {
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;
-  size_t logits_at_ = 0;             // the history length logits_ belong to (0: none)
-  std::vector<float> score_logits_;  // [batch, vocab] logits of the last Score call
+  size_t logits_at_ = 0;  // the history length logits_ belong to (0: none)
+  std::vector<float> score_logits_;
+  std::vector<float>
+      masked_;  // constrained logits (reused)  // [batch, vocab] logits of the last Score call
   std::atomic<bool> cancel_{false};
 };
 
