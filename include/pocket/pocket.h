@@ -100,6 +100,11 @@ typedef struct pocket_generate_params {
   uint64_t seed;
   const char* const* stop_strings; /* may be NULL */
   size_t n_stop_strings;
+  /* When n_choices > 0 the output is exactly one of these strings (UTF-8, NUL-terminated): only
+   * tokens that continue a choice are sampled, the model stops only on a whole choice, and a
+   * max_tokens that would cut the output makes the call fail with POCKET_ERR_RESOURCE_EXHAUSTED. */
+  const char* const* choices;
+  size_t n_choices;
 } pocket_generate_params;
 
 typedef enum pocket_stop_reason {
@@ -130,6 +135,21 @@ POCKET_API pocket_status pocket_generate(pocket_session* session, const char* pr
                                          const pocket_generate_params* params,
                                          pocket_text_callback on_text, void* user_data,
                                          pocket_generate_result* result, pocket_error* err);
+
+/* ---- candidate scoring ---- */
+typedef struct pocket_candidate_score {
+  size_t index;       /* position in the caller's candidate list */
+  int32_t n_tokens;   /* tokens the candidate was scored as */
+  double logprob;     /* log p(candidate | prompt): the sum over its tokens */
+  double probability; /* exp(logprob), normalized over the candidates */
+} pocket_candidate_score;
+
+/* Log-probabilities of candidate continuations of `prompt` (tokenized with special tokens
+ * recognised; candidates as plain text), all candidates in one forward pass after the prompt.
+ * Writes n_candidates entries to `scores`, best first. The session's context becomes the prompt. */
+POCKET_API pocket_status pocket_score(pocket_session* session, const char* prompt,
+                                      const char* const* candidates, size_t n_candidates,
+                                      pocket_candidate_score* scores, pocket_error* err);
 
 #ifdef __cplusplus
 }

@@ -183,9 +183,19 @@ void pocket_session_reset(pocket_session* session) {
 pocket_generate_params pocket_generate_default_params(void) {
   pocket::GenerateOptions d;
   const pocket::SamplerParams& s = d.sampling;
-  return pocket_generate_params{
-      d.max_tokens,       s.temperature,       s.top_k, s.top_p, s.min_p, s.repetition_penalty,
-      s.presence_penalty, s.frequency_penalty, s.seed,  nullptr, 0};
+  return pocket_generate_params{d.max_tokens,
+                                s.temperature,
+                                s.top_k,
+                                s.top_p,
+                                s.min_p,
+                                s.repetition_penalty,
+                                s.presence_penalty,
+                                s.frequency_penalty,
+                                s.seed,
+                                nullptr,
+                                0,
+                                nullptr,
+                                0};
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
@@ -213,6 +223,24 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       }
       options.stop_strings.emplace_back(p.stop_strings[i]);
     }
+    std::unique_ptr<pocket::Constraint> constraint;
+    if (p.n_choices > 0) {
+      std::vector<std::string> choices;
+      for (size_t i = 0; i < p.n_choices; ++i) {
+        if (p.choices == nullptr || p.choices[i] == nullptr) {
+          return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "choice " + std::to_string(i) + " is NULL");
+        }
+        choices.emplace_back(p.choices[i]);
+      }
+      const pocket::Tokenizer* tok = session->session->model().tokenizer();
+      if (tok == nullptr) {
+        return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
+      }
+      auto c = pocket::MakeChoiceConstraint(*tok, std::move(choices));
+      if (!c.ok()) return Report(err, c.status());
+      constraint = std::move(*c);
+      options.constraint = constraint.get();
+    }
     pocket::StreamCallback cb;
     if (on_text != nullptr) {
       cb = [on_text, user_data](std::string_view piece) {
@@ -227,6 +255,45 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       result->n_generated_tokens = static_cast<int32_t>(r->tokens.size());
       result->prefill_ms = static_cast<double>(r->prefill_us) / 1000.0;
       result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
+    }
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+pocket_status pocket_score(pocket_session* session, const char* prompt,
+                           const char* const* candidates, size_t n_candidates,
+                           pocket_candidate_score* scores, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || prompt == nullptr || candidates == nullptr || scores == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session, prompt, candidates and scores must not be NULL");
+    }
+    const pocket::Tokenizer* tok = session->session->model().tokenizer();
+    if (tok == nullptr)
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
+    pocket::EncodeOptions eo;
+    eo.add_bos = tok->spec().add_bos;
+    auto ids = tok->Encode(prompt, eo);
+    if (!ids.ok()) return Report(err, ids.status());
+    std::vector<std::vector<int32_t>> cands;
+    pocket::EncodeOptions plain;
+    plain.parse_special = false;
+    for (size_t i = 0; i < n_candidates; ++i) {
+      if (candidates[i] == nullptr) {
+        return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                    "candidate " + std::to_string(i) + " is NULL");
+      }
+      auto c = tok->Encode(candidates[i], plain);
+      if (!c.ok()) return Report(err, c.status());
+      cands.push_back(std::move(*c));
+    }
+    auto r = session->session->Score(*ids, cands);
+    if (!r.ok()) return Report(err, r.status());
+    for (size_t i = 0; i < r->size(); ++i) {
+      const pocket::CandidateScore& c = (*r)[i];
+      scores[i] =
+          pocket_candidate_score{static_cast<size_t>(c.index),
+                                 static_cast<int32_t>(c.tokens.size()), c.logprob, c.probability};
     }
     return Report(err, pocket::Status::Ok());
   });

@@ -114,6 +114,39 @@ int main(int argc, char** argv) {
   st = pocket_generate(NULL, text, NULL, NULL, NULL, NULL, &err);
   CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "NULL session");
 
+  /* Constrained to a choice: the output is one of them, whatever the sampling. */
+  gp = pocket_generate_default_params();
+  gp.temperature = 1.0f;
+  gp.max_tokens = 32;
+  const char* choices[] = {" happy", " sad", " a big dog"};
+  gp.choices = choices;
+  gp.n_choices = 3;
+  for (int seed = 0; seed < 20; ++seed) {
+    Collected cc;
+    memset(&cc, 0, sizeof(cc));
+    gp.seed = (uint64_t)seed;
+    st = pocket_generate(session, text, &gp, collect, &cc, &r, &err);
+    CHECK(st == POCKET_OK, "constrained generate: %s", err.message);
+    CHECK(strcmp(cc.text, choices[0]) == 0 || strcmp(cc.text, choices[1]) == 0 ||
+              strcmp(cc.text, choices[2]) == 0,
+          "constrained output '%s' is not a choice", cc.text);
+  }
+  gp.max_tokens = 1;
+  gp.choices = choices + 2;
+  gp.n_choices = 1;
+  st = pocket_generate(session, text, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_RESOURCE_EXHAUSTED, "a budget that cuts a choice gave %d", (int)st);
+
+  /* Candidates scored in one pass, best first, probabilities summing to one. */
+  pocket_candidate_score scores[3];
+  st = pocket_score(session, text, choices, 3, scores, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  CHECK(scores[0].logprob >= scores[1].logprob && scores[1].logprob >= scores[2].logprob,
+        "scores not ranked");
+  double total = scores[0].probability + scores[1].probability + scores[2].probability;
+  CHECK(total > 0.999 && total < 1.001, "probabilities sum to %f", total);
+  printf("best candidate: '%s' (logprob %.3f)\n", choices[scores[0].index], scores[0].logprob);
+
   pocket_session_cancel(session);
   pocket_session_free(session);
   pocket_model_free(model);
