@@ -109,9 +109,11 @@ Command AddRunCommand(CLI::App& root) {
   auto chat = std::make_shared<bool>(false);
   auto json = std::make_shared<bool>(false);
   auto choice = std::make_shared<std::string>();
+  auto regex = std::make_shared<std::string>();
   app->add_option("-p,--prompt", *prompt, "the prompt");
   app->add_option("--choice", *choice,
                   "constrain the output to exactly one of these comma-separated strings");
+  app->add_option("--regex", *regex, "constrain the output to match this regular expression");
   app->add_flag("--json", *json,
                 "print one JSON object at the end (text, token ids, timings) instead of streaming");
   app->add_option("-f,--file", *prompt_file, "read the prompt from a file");
@@ -149,6 +151,15 @@ Command AddRunCommand(CLI::App& root) {
             if (!session.ok()) return ReportError(session.status());
             GenerateOptions options = flags->Options();
             std::unique_ptr<Constraint> constraint;
+            if (!choice->empty() && !regex->empty()) {
+              return ReportError(InvalidArgumentError("give --choice or --regex, not both"));
+            }
+            if (!regex->empty()) {
+              auto c = MakeRegexConstraint(*(*model)->tokenizer(), *regex);
+              if (!c.ok()) return ReportError(c.status());
+              constraint = std::move(*c);
+              options.constraint = constraint.get();
+            }
             if (!choice->empty()) {
               auto c = MakeChoiceConstraint(*(*model)->tokenizer(), SplitString(*choice, ','));
               if (!c.ok()) return ReportError(c.status());

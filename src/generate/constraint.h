@@ -37,4 +37,12 @@ class Constraint {
 StatusOr<std::unique_ptr<Constraint>> MakeChoiceConstraint(const Tokenizer& tokenizer,
                                                            std::vector<std::string> choices);
 
+// The output matches `pattern` as a whole (anchors are implied). The subset: literal characters
+// (UTF-8), '.' (any character but a newline), escapes \d \D \w \W \s \S \n \t \r \uXXXX and
+// escaped punctuation, classes [abc] [a-z] [^...] (escapes allowed inside), groups (...) and
+// (?:...), alternation |, greedy quantifiers * + ? {n} {n,} {n,m} (counts up to 1000). Anything
+// else (lookaround, backreferences, lazy quantifiers, ^ $) is an error naming the offset.
+StatusOr<std::unique_ptr<Constraint>> MakeRegexConstraint(const Tokenizer& tokenizer,
+                                                          std::string_view pattern);
+
 }  // namespace pocket

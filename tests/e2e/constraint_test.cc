@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
+#include <set>
 
 #include "generate/constraint.h"
 #include "model/synthetic.h"
@@ -84,6 +86,99 @@ TEST(ConstraintTest, ChoiceOutputsAreAlwaysAChoiceRandomWeights) {
   ASSERT_TRUE(model);
   ExpectAlwaysAChoice(model, "Label the review: great phone!",
                       {"positive", "negative", "neutral", "正面", "负面", "mixed 😐"}, 500);
+}
+
+// n generations per pattern; every output must match it in full, checked by std::regex (an
+// independent implementation), for ASCII patterns. The patterns are bounded in length, so the
+// token budget always suffices (an unbounded one may legitimately run out: that is an error).
+void ExpectAlwaysMatches(std::shared_ptr<const Model> model, const std::string& prompt,
+                         const std::vector<std::string>& patterns, int n) {
+  auto s = Session::Create(model, SessionOptions{.n_ctx = 256, .n_batch = 64, .n_threads = 1});
+  ASSERT_TRUE(s.ok());
+  int total = 0;
+  for (const std::string& pattern : patterns) {
+    auto constraint = MakeRegexConstraint(*model->tokenizer(), pattern);
+    ASSERT_TRUE(constraint.ok()) << pattern << ": " << constraint.status().ToString();
+    const std::regex re(pattern, std::regex::ECMAScript);
+    std::set<std::string> distinct;
+    for (int i = 0; i < n; ++i) {
+      GenerateOptions g;
+      g.constraint = constraint->get();
+      g.max_tokens = 96;
+      g.sampling.temperature = i % 3 == 0 ? 0.0f : 1.0f;
+      g.sampling.top_k = 0;
+      g.sampling.top_p = 1.0f;
+      g.sampling.min_p = 0.0f;
+      g.sampling.seed = static_cast<uint64_t>(i);
+      auto r = (*s)->Generate(std::string_view(prompt), g);
+      ASSERT_TRUE(r.ok()) << pattern << ": " << r.status().ToString();
+      ASSERT_TRUE(std::regex_match(r->text, re)) << pattern << " produced '" << r->text << "'";
+      distinct.insert(r->text);
+      ++total;
+    }
+    EXPECT_GT(distinct.size(), 1u) << pattern;
+  }
+  std::printf("[ constraint ] %d regex generations over %zu patterns, all matching\n", total,
+              patterns.size());
+}
+
+const std::vector<std::string> kPatterns = {
+    R"( [0-9]{4}-[0-9]{2}-[0-9]{2})",
+    R"( (a|the) (big|small) (dog|cat)( and (a|the) (bird|fish))?\.)",
+    R"(\+?[1-9][0-9]{0,2} [0-9]{3}-[0-9]{4})",
+    R"([a-z]{2,8}@[a-z]{3,6}\.(com|org))",
+    R"(-?(0|[1-9][0-9]{0,3})(\.[0-9]{1,2})?)",
+    R"(\w{1,12}( \w{1,12}){0,3}[.!?])",
+    R"([ -/:-~]{3,12}\n)",  // printable ASCII but digits (std::regex counts bytes)
+};
+
+TEST(ConstraintTest, RegexOutputsAlwaysMatchStories260K) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  ExpectAlwaysMatches(model, "Once upon a time", kPatterns, 40);
+}
+
+TEST(ConstraintTest, RegexOutputsAlwaysMatchRandomWeights) {
+  auto model = RandomQwenTokenizerModel();
+  ASSERT_TRUE(model);
+  ExpectAlwaysMatches(model, "Extract:", kPatterns, 30);
+  // Non-ASCII alternatives (std::regex works on bytes, so membership is checked directly).
+  auto c = MakeRegexConstraint(*model->tokenizer(), "(好评|差评|中评)[!！]?( 😀)?");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto s = Session::Create(model, SessionOptions{.n_ctx = 128, .n_batch = 32, .n_threads = 1});
+  ASSERT_TRUE(s.ok());
+  for (int i = 0; i < 60; ++i) {
+    GenerateOptions g;
+    g.constraint = c->get();
+    g.max_tokens = 32;
+    g.sampling.temperature = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.seed = static_cast<uint64_t>(i);
+    auto r = (*s)->Generate(std::string_view("评价:"), g);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    bool ok = false;
+    for (const char* head : {"好评", "差评", "中评"}) {
+      for (const char* mark : {"", "!", "！"}) {
+        for (const char* tail : {"", " 😀"}) {
+          ok = ok || r->text == std::string(head) + mark + tail;
+        }
+      }
+    }
+    ASSERT_TRUE(ok) << "'" << r->text << "'";
+  }
+}
+
+TEST(ConstraintTest, RegexErrorsNameTheProblem) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  for (const char* bad : {"(ab", "a)", "[a-", "a{2", "a{3,1}", "*a", "a*?", "(?=a)", "^a", "\\1",
+                          "a{5000}", "[z-a]", "\\"}) {
+    auto c = MakeRegexConstraint(*model->tokenizer(), bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("regex"), std::string::npos) << c.status().message();
+  }
 }
 
 TEST(ConstraintTest, ABudgetThatCutsTheOutputIsAnError) {
