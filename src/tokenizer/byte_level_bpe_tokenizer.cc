@@ -235,7 +235,9 @@ Status ByteLevelBpeTokenizer::BuildMergesFromIds() {
   int64_t guess_offset = -1;  // merged token id - merge rank, when that is constant (see above)
   size_t guess_hits = 0;
   for (size_t rank = 0; rank < merge_ids_.size(); ++rank) {
-    const auto [left, right] = merge_ids_[rank];
+    // Plain variables, not a structured binding: lambdas may capture those only from C++20 on in
+    // clang 16 (the fuzz build uses Debian's clang 14).
+    const int32_t left = merge_ids_[rank].first, right = merge_ids_[rank].second;
     const auto error = [&](std::string_view problem) {
       const bool ok_left = left >= 0 && left < n_tokens, ok_right = right >= 0 && right < n_tokens;
       return DataLossError(

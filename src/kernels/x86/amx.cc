@@ -476,11 +476,6 @@ inline __m512i PairInterleave() {
   return _mm512_load_si512(idx);
 }
 
-// 16 floats -> bf16 (round to nearest even) in a 32-byte half.
-inline __m256i ToBf16(__m512 v) {
-  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
-}
-
 // 32 bf16 of two float rows (a first), as a 64-byte tile row.
 inline __m512i ToBf16Row(__m512 a, __m512 b) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
