@@ -139,7 +139,12 @@ class CliErrors(unittest.TestCase):
 
     def test_never_overwrites_input(self):
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
-        tok = work_path("input-tokenizer.json")
+        # A directory of its own: other e2e tests run in parallel and write (temporary) files into
+        # the shared work directory.
+        own = work_path("never-overwrite")
+        shutil.rmtree(own, ignore_errors=True)
+        os.makedirs(own)
+        tok = os.path.join(own, "input-tokenizer.json")
         shutil.copyfile(QWEN3_TOKENIZER, tok)
         with open(tok, "rb") as f:
             before = f.read()
