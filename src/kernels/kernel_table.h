@@ -180,6 +180,10 @@ struct KernelTable {
   // runs int8 multiply-adds from registers only (the instruction the packed matmul uses: VNNI dot
   // products, AMX tiles, ...) for about `seconds` on the calling thread; returns MACs per second.
   double (*int8_peak)(double seconds);
+
+  // log(sum(exp(x[i]))) over n > 0 values (the normalizer of a log-softmax; candidate scoring
+  // takes one per scored token over the whole vocabulary). Null: the reference's.
+  double (*log_sum_exp)(const float* x, int64_t n) = nullptr;
 };
 
 // The scalar reference table: the ground truth every other table is tested against.

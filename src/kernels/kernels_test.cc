@@ -305,6 +305,18 @@ TEST_P(KernelsTest, AttentionWithinTolerance) {
   }
 }
 
+TEST_P(KernelsTest, LogSumExpMatchesTheReference) {
+  const KernelTable& k = *GetParam();
+  if (k.log_sum_exp == nullptr) GTEST_SKIP() << k.name << " uses the reference's";
+  for (int64_t n : {1, 5, 16, 17, 100, 1024, 65536, 151936}) {
+    std::vector<float> x =
+        Random(static_cast<size_t>(n), 70 + static_cast<uint32_t>(n % 97), 12.0f);
+    x[static_cast<size_t>(n / 2)] = 30.0f;  // one dominant logit
+    const double want = reference::LogSumExp(x.data(), n), got = k.log_sum_exp(x.data(), n);
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want) + 1e-5) << k.name << " n " << n;
+  }
+}
+
 // The tile form of prefill attention against its definition (bf16 operands, chunks of 32: tight)
 // and against the fp32 attention (within bf16 rounding), with full and partial 16-token tasks.
 TEST_P(KernelsTest, PrefillAttentionMatchesItsDefinition) {

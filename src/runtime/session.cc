@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/timer.h"
+#include "kernels/reference/reference_kernels.h"
 #include "runtime/text_stream.h"
 
 namespace pocket {
@@ -232,12 +233,11 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
 
 namespace {
 
-// log softmax of logits[0..n) at `id`, in double.
-double LogProb(const float* logits, int64_t n, int32_t id) {
-  const float max = *std::max_element(logits, logits + n);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
-  return static_cast<double>(logits[id]) - max - std::log(sum);
+// log softmax of logits[0..n) at `id`, with the table's log-sum-exp.
+double LogProb(const KernelTable& k, const float* logits, int64_t n, int32_t id) {
+  const double lse =
+      k.log_sum_exp != nullptr ? k.log_sum_exp(logits, n) : reference::LogSumExp(logits, n);
+  return static_cast<double>(logits[id]) - lse;
 }
 
 Status CheckCandidates(const std::vector<std::vector<int32_t>>& candidates, int32_t vocab) {
@@ -323,7 +323,7 @@ StatusOr<std::vector<CandidateScore>> Session::Score(
       const float* row = j == 0 ? logits_.data()
                                 : score_logits_.data() + static_cast<size_t>(start[c] + j - 1) *
                                                              static_cast<size_t>(vocab);
-      s.token_logprobs.push_back(LogProb(row, vocab, s.tokens[j]));
+      s.token_logprobs.push_back(LogProb(model_->kernels(), row, vocab, s.tokens[j]));
     }
   }
   return Rank(std::move(scores));
@@ -349,7 +349,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
     for (size_t j = 0; j < s.tokens.size(); ++j) {
       const float* row =
           j == 0 ? first.data() : score_logits_.data() + (j - 1) * static_cast<size_t>(vocab);
-      s.token_logprobs.push_back(LogProb(row, vocab, s.tokens[j]));
+      s.token_logprobs.push_back(LogProb(model_->kernels(), row, vocab, s.tokens[j]));
     }
   }
   history_.resize(prompt.size());

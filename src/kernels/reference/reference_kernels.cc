@@ -223,6 +223,13 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
+double LogSumExp(const float* x, int64_t n) {
+  const float max = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+  return max + std::log(sum);
+}
+
 // One cache element of K at (pos, d) / V at (pos, d), as float.
 float LoadK(const KvHeadView& kv, int64_t pos, int64_t d) {
   const int64_t idx = (pos / 16) * kv.head_dim * 16 + d * 16 + pos % 16;
@@ -442,6 +449,7 @@ const KernelTable& ReferenceKernels() {
       .attention = reference::Attention,
       .stream_read = reference::StreamRead,
       .int8_peak = reference::Int8Peak,
+      .log_sum_exp = reference::LogSumExp,
   };
   return kTable;
 }

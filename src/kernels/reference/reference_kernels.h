@@ -18,6 +18,7 @@ void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tok
 void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos, const float* sin,
           bool interleaved);
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+double LogSumExp(const float* x, int64_t n);
 void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64_t ldk,
              const float* v, int64_t ldv);
 void Attention(const AttentionTask& task, float* scratch);

@@ -418,6 +418,29 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+double LogSumExp(const float* x, int64_t n) {
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    vmax =
+        _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), MaskFor(n - i), x + i));
+  }
+  const float max = _mm512_reduce_max_ps(vmax);
+  const __m512 m = _mm512_set1_ps(max);
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_add_ps(s0, Exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), m)));
+    s1 = _mm512_add_ps(s1, Exp(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), m)));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = MaskFor(n - i);
+    s0 = _mm512_add_ps(
+        s0, _mm512_maskz_mov_ps(k, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m))));
+  }
+  return static_cast<double>(max) +
+         std::log(static_cast<double>(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1))));
+}
+
 // ---- machine ceilings ---------------------------------------------------------------------------
 
 uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
@@ -485,6 +508,7 @@ const KernelTable& Avx512Kernels() {
       .attention = avx512::Attention,
       .stream_read = avx512::StreamRead,
       .int8_peak = avx512::Int8Peak,
+      .log_sum_exp = avx512::LogSumExp,
   };
   return kTable;
 }
