@@ -20,7 +20,6 @@ struct Pass {
   int32_t n_tokens;
   int32_t pos0;
   const TreeBatch* tree = nullptr;  // set for candidate scoring (tree attention)
-  bool exact_form = false;          // packed matrices in the per-group form, whatever the batch
 
   float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
 };
@@ -51,9 +50,7 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
     // Many tokens on a table with a tile engine: the prefill form (activation blocks of up to 512
     // columns, weights requantized per row; kernel_table.h). Otherwise the exact per-group form.
     const int32_t prefill_block =
-        n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr && !p.exact_form
-            ? PrefillBlock(l.p.layout)
-            : 0;
+        n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr ? PrefillBlock(l.p.layout) : 0;
     const bool prefill = prefill_block > 0;
     const int64_t n_panels = l.p.layout.n_panels();
     const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
@@ -264,10 +261,7 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
     return OutOfRangeError("positions ", pos0, " to ", pos0 + n - 1, " do not fit the context of ",
                            kv.n_ctx(), " tokens");
   }
-  // Scoring batches (a few dozen tokens) use the per-group form: the tile form requantizes every
-  // weight for each call, which only pays off over long prompts (and its different rounding would
-  // make one-pass scores differ from one-candidate-at-a-time scores).
-  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0, tree, tree != nullptr};
+  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0, tree};
   POCKET_RETURN_IF_ERROR(Embed(p, tokens));
   RopeTables(model, p);
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {

@@ -111,6 +111,22 @@ TEST(ScoreTest, OnePassMatchesOnTheIntegerPathOfEveryTable) {
   }
 }
 
+TEST(ScoreTest, OnTheTileFormScoresStayCloseToSeparatePasses) {
+  // From 32 batch tokens a tile table runs the batch in the prefill form (block-wise activation
+  // rounding) while one-candidate passes of a few tokens use the per-group form: the scores differ
+  // by that rounding only. A wrong mask would move them by nats.
+  const KernelTable& best = SelectKernels();
+  if (best.prefill_gemm == nullptr) GTEST_SKIP() << best.name << " has no tile engine";
+  auto model = SyntheticModel(DType::kQ4_0, "score-q4_0.gguf", &best);
+  ASSERT_TRUE(model);
+  auto s = Session::Create(model, SessionOptions{.n_ctx = 512, .n_batch = 256, .n_threads = 2});
+  ASSERT_TRUE(s.ok());
+  std::mt19937 rng(13);
+  std::vector<int32_t> prompt(40);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 1024);
+  ExpectSameScores(**s, prompt, RandomCandidates(rng, 24, model->config().vocab_size), 0.25);
+}
+
 TEST(ScoreTest, HistoryStaysThePromptAndErrorsAreClear) {
   auto model = SyntheticModel(DType::kF32, "score-f32.gguf");
   ASSERT_TRUE(model);
