@@ -9,6 +9,7 @@ packages=(
   libutf8proc-dev nlohmann-json3-dev libcli11-dev  # core and CLI dependencies
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
+  python3-jsonschema                               # independent check of constrained outputs
   clang libclang-rt-14-dev                         # libFuzzer targets
   clang-format                                     # the style check in the suite
   g++-aarch64-linux-gnu qemu-user googletest       # ARM64 kernels: cross build (GoogleTest from

@@ -16,6 +16,7 @@ Command AddBenchCommand(CLI::App& root) {
     std::string kv_type = "f16";
     std::string kernels;
     bool no_amx = false, no_repack = false, json = false, no_ceilings = false;
+    std::string schema_file, grammar_file, regex, span_file;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
@@ -32,6 +33,11 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
   app->add_flag("--no-ceilings", f->no_ceilings, "skip the bandwidth and int8 peak measurements");
   app->add_flag("--json", f->json, "one JSON object per line per (model, threads)");
+  app->add_option("--json-schema", f->schema_file,
+                  "also decode under this JSON Schema (constrained tg, mask time per token)");
+  app->add_option("--grammar", f->grammar_file, "also decode under this GBNF grammar");
+  app->add_option("--regex", f->regex, "also decode under this regular expression");
+  app->add_option("--span-source", f->span_file, "source text for span fields of the constraint");
   return {app, [=]() -> int {
             BenchConfig config;
             config.models = f->models;
@@ -41,6 +47,23 @@ Command AddBenchCommand(CLI::App& root) {
             config.n_batch = f->n_batch;
             config.repack = !f->no_repack;
             config.measure_ceilings = !f->no_ceilings;
+            if (!f->schema_file.empty()) {
+              auto contents = ReadFileToString(f->schema_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              config.constraint.json_schema = std::move(*contents);
+            }
+            if (!f->grammar_file.empty()) {
+              auto contents = ReadFileToString(f->grammar_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              config.constraint.grammar = std::move(*contents);
+            }
+            config.constraint.regex = f->regex;
+            if (!f->span_file.empty()) {
+              auto contents = ReadFileToString(f->span_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              config.constraint.span_source = std::move(*contents);
+              config.constraint.has_span_source = true;
+            }
             config.threads.clear();
             for (const std::string& part : SplitString(f->threads, ',')) {
               char* end = nullptr;
@@ -70,6 +93,11 @@ Command AddBenchCommand(CLI::App& root) {
             } else {
               std::printf("\n%s", BenchMarkdownHeader().c_str());
               for (const BenchResult& r : *results) std::printf("%s", BenchMarkdownRow(r).c_str());
+              if (!results->empty() && results->front().constrained) {
+                std::printf("\n%s", ConstrainedMarkdownHeader().c_str());
+                for (const BenchResult& r : *results)
+                  std::printf("%s", ConstrainedMarkdownRow(r).c_str());
+              }
             }
             return 0;
           }};

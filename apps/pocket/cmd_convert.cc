@@ -24,7 +24,7 @@ extern "C" void OnInterrupt(int) {
 Command AddConvertCommand(CLI::App& root) {
   auto* app = root.add_subcommand("convert", "convert a model into a .pocket package");
   struct Flags {
-    std::string input, output, tokenizer;
+    std::string input, output, tokenizer, labels;
     ConvertOptions options;
   };
   auto f = std::make_shared<Flags>();
@@ -41,8 +41,14 @@ Command AddConvertCommand(CLI::App& root) {
                   "encoding of the output matrix (default: --weights)");
   app->add_option("--tokenizer", f->options.tokenizer_path,
                   "tokenizer to store instead of the model's (tokenizer.json or llama2.c .bin)");
+  app->add_option("--classifier-head", f->options.classifier_head_path,
+                  "classification head to store: .npy or safetensors matrix [n_labels, hidden] "
+                  "(pocket score --head)");
+  app->add_option("--classifier-labels", f->labels,
+                  "comma-separated names of the head's rows, in order (with --classifier-head)");
   app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)");
   return {app, [=]() -> int {
+            if (!f->labels.empty()) f->options.classifier_labels = SplitString(f->labels, ',');
             const bool tty = ::isatty(2);
             f->options.progress = [tty](const std::string& line) {
               std::fprintf(stderr, tty ? "\r\033[Kpocket: %s" : "pocket: %s\n", line.c_str());

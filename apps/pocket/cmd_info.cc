@@ -19,6 +19,7 @@ std::string TensorGroup(const TensorInfo& t, bool tied) {
     return tied ? "embedding=output" : "embedding";
   }
   if (n == "output.weight" || n == "lm_head.weight") return "output";
+  if (n == kClassifierTensor) return "classifier";
   if (has("attn") || has("wq") || has("wk") || has("wv") || has("wo")) return "attention";
   if (has("ffn") || has("mlp") || has("w1") || has("w2") || has("w3")) return "ffn";
   return "other";
@@ -104,6 +105,7 @@ Command AddInfoCommand(CLI::App& root) {
           }
           j["tokenizer_vocab"] = m.tokenizer() ? m.tokenizer()->vocab_size() : 0;
           j["chat_template"] = tmpl_family;
+          j["classifier_labels"] = m.classifier().labels;
           if (*tensors) {
             for (const TensorInfo& t : m.source().tensors()) {
               j["tensors"].push_back({{"name", t.name},
@@ -152,6 +154,13 @@ Command AddInfoCommand(CLI::App& root) {
           std::printf("tokenizer:    none (pass --tokenizer)\n");
         }
         std::printf("chat template: %s\n", tmpl_family.c_str());
+        if (m.classifier().present()) {
+          std::string labels;
+          for (const std::string& l : m.classifier().labels)
+            labels += (labels.empty() ? "" : ", ") + l;
+          std::printf("classifier:   %d labels (%s): pocket score --head\n",
+                      m.classifier().n_labels(), labels.c_str());
+        }
         if (*tensors) {
           for (const TensorInfo& t : m.source().tensors()) {
             std::printf("  %-40s %-6s %-16s %zu\n", t.name.c_str(), t.type_name.c_str(),

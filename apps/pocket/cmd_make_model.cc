@@ -12,7 +12,7 @@ Command AddMakeModelCommand(CLI::App& root) {
   auto* app =
       root.add_subcommand("make-model", "write a synthetic model (random weights, real shapes)");
   struct Flags {
-    std::string preset = "tiny", arch, type = "f32", tokenizer, out, format, template_from;
+    std::string preset = "tiny", arch, type = "f32", tokenizer, out, format, template_from, labels;
     uint64_t seed = 1;
     bool untied = false, tied = false;
     int32_t layers = 0, q4_1_grid = 32;
@@ -34,6 +34,8 @@ Command AddMakeModelCommand(CLI::App& root) {
                   "share scale and zero point)")
       ->capture_default_str();
   app->add_option("--layers", f->layers, "override the number of layers (for quick tests)");
+  app->add_option("--classifier-labels", f->labels,
+                  "add a random classification head scoring these comma-separated labels (GGUF)");
   app->add_option("-o,--output", f->out, "output .gguf file or directory")->required();
   return {
       app, [=]() -> int {
@@ -59,6 +61,7 @@ Command AddMakeModelCommand(CLI::App& root) {
               " needs --type q4_1 and a multiple of 32 that divides the model's widths"));
         }
         o.q4_1_grid = f->q4_1_grid;
+        if (!f->labels.empty()) o.classifier_labels = SplitString(f->labels, ',');
         if (!ParseDType(f->type, &o.weight_type)) {
           return ReportError(InvalidArgumentError("--type ", QuoteBytes(f->type), " is unknown"));
         }
@@ -74,6 +77,9 @@ Command AddMakeModelCommand(CLI::App& root) {
         if (format == "gguf") {
           s = WriteSyntheticGguf(o, f->out);
         } else if (format == "hf") {
+          if (!o.classifier_labels.empty()) {
+            return ReportError(InvalidArgumentError("--classifier-labels needs a GGUF output"));
+          }
           if (!IsDirectory(f->out) && ::mkdir(f->out.c_str(), 0755) != 0) {
             return ReportError(IoError("cannot create directory ", f->out));
           }

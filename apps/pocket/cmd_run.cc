@@ -80,6 +80,13 @@ void PrintStats(const GenerateResult& r) {
                prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0, r.tokens.size(), decode_s,
                decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0,
                std::string(StopReasonName(r.stop_reason)).c_str());
+  if (r.n_masks > 0) {
+    std::fprintf(stderr,
+                 "pocket: constraint: %d masks, %.1f us per token (%.1f ms in all), %d tokens "
+                 "forced (no sampling)\n",
+                 r.n_masks, static_cast<double>(r.constraint_us) / r.n_masks,
+                 static_cast<double>(r.constraint_us) / 1000.0, r.n_forced_tokens);
+  }
 }
 
 bool PrintPiece(std::string_view piece) {
@@ -110,10 +117,28 @@ Command AddRunCommand(CLI::App& root) {
   auto json = std::make_shared<bool>(false);
   auto choice = std::make_shared<std::string>();
   auto regex = std::make_shared<std::string>();
+  auto schema_file = std::make_shared<std::string>();
+  auto grammar_file = std::make_shared<std::string>();
+  auto span_file = std::make_shared<std::string>();
+  auto span_fields = std::make_shared<std::vector<std::string>>();
+  auto span_rule = std::make_shared<std::string>("span");
   app->add_option("-p,--prompt", *prompt, "the prompt");
   app->add_option("--choice", *choice,
                   "constrain the output to exactly one of these comma-separated strings");
   app->add_option("--regex", *regex, "constrain the output to match this regular expression");
+  app->add_option("--json-schema", *schema_file,
+                  "constrain the output to JSON valid against this JSON Schema file "
+                  "(draft 2020-12 subset; see docs/architecture.md)");
+  app->add_option("--grammar", *grammar_file,
+                  "constrain the output to this GBNF grammar file (llama.cpp syntax)");
+  app->add_option("--span-source", *span_file,
+                  "span fields (\"x-pocket-span\": true, --span-field, the GBNF rule --span-rule) "
+                  "must be substrings of this file's text");
+  app->add_option("--span-field", *span_fields,
+                  "with --json-schema: a string property name whose value is a span (repeatable)");
+  app->add_option("--span-rule", *span_rule,
+                  "with --grammar: the rule name that matches a span of --span-source")
+      ->capture_default_str();
   app->add_flag("--json", *json,
                 "print one JSON object at the end (text, token ids, timings) instead of streaming");
   app->add_option("-f,--file", *prompt_file, "read the prompt from a file");
@@ -150,22 +175,40 @@ Command AddRunCommand(CLI::App& root) {
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             GenerateOptions options = flags->Options();
-            std::unique_ptr<Constraint> constraint;
-            if (!choice->empty() && !regex->empty()) {
-              return ReportError(InvalidArgumentError("give --choice or --regex, not both"));
+            ConstraintSpec spec;
+            if (!choice->empty()) spec.choices = SplitString(*choice, ',');
+            spec.regex = *regex;
+            if (!schema_file->empty()) {
+              auto contents = ReadFileToString(*schema_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              if (contents->empty())
+                return ReportError(InvalidArgumentError(*schema_file, ": empty schema file"));
+              spec.json_schema = std::move(*contents);
             }
-            if (!regex->empty()) {
-              auto c = MakeRegexConstraint(*(*model)->tokenizer(), *regex);
-              if (!c.ok()) return ReportError(c.status());
-              constraint = std::move(*c);
-              options.constraint = constraint.get();
+            if (!grammar_file->empty()) {
+              auto contents = ReadFileToString(*grammar_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              if (contents->empty())
+                return ReportError(InvalidArgumentError(*grammar_file, ": empty grammar file"));
+              spec.grammar = std::move(*contents);
             }
-            if (!choice->empty()) {
-              auto c = MakeChoiceConstraint(*(*model)->tokenizer(), SplitString(*choice, ','));
-              if (!c.ok()) return ReportError(c.status());
-              constraint = std::move(*c);
-              options.constraint = constraint.get();
+            if (!span_file->empty()) {
+              auto contents = ReadFileToString(*span_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              spec.span_source = std::move(*contents);
+              spec.has_span_source = true;
             }
+            spec.span_fields = *span_fields;
+            spec.span_rule = *span_rule;
+            auto made = MakeConstraint(*(*model)->tokenizer(), spec);
+            if (!made.ok()) {
+              const std::string what = !schema_file->empty()    ? *schema_file + ": "
+                                       : !grammar_file->empty() ? *grammar_file + ": "
+                                                                : std::string();
+              return ReportError(Status(made.status().code(), what + made.status().message()));
+            }
+            std::unique_ptr<Constraint> constraint = std::move(*made);
+            options.constraint = constraint.get();
             auto result =
                 (*session)->Generate(std::string_view(text), options,
                                      *json ? StreamCallback() : StreamCallback(PrintPiece));
@@ -185,6 +228,10 @@ Command AddRunCommand(CLI::App& root) {
                   {"prefill_tokens_per_s", prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0},
                   {"decode_tokens_per_s",
                    decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0},
+                  {"constraint_ms", static_cast<double>(r.constraint_us) / 1000.0},
+                  {"constraint_us_per_token",
+                   r.n_masks > 0 ? static_cast<double>(r.constraint_us) / r.n_masks : 0.0},
+                  {"forced_tokens", r.n_forced_tokens},
                   {"load_ms", static_cast<double>((*model)->load_us()) / 1000.0},
                   {"file_bytes", (*model)->source().file_bytes()},
                   {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};

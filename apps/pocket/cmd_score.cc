@@ -1,5 +1,7 @@
 // pocket score: log-probabilities of candidate continuations of a prompt, all candidates in one
-// forward pass (tree attention), ranked; --compare also times one pass per candidate.
+// forward pass (tree attention), ranked; --compare also times one pass per candidate. --head (the
+// default for a model with a classification head and no candidates): the head's labels scored
+// from one forward pass of the prompt alone.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -24,34 +26,87 @@ std::vector<std::string> SplitCandidates(const std::string& list) {
   return out;
 }
 
+StatusOr<std::vector<int32_t>> ParseIds(const std::string& list, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (const std::string& part : SplitString(list, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return InvalidArgumentError("--ids: ", QuoteBytes(part), " is not a token id");
+    }
+    if (v >= vocab) {
+      return OutOfRangeError("--ids: id ", v, " is outside the vocabulary of ", vocab);
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+// The head form's output: labels ranked, as JSON or a table.
+int PrintLabels(const std::vector<LabelScore>& labels, size_t n_prompt, bool json) {
+  if (json) {
+    nlohmann::json j;
+    j["form"] = "head";
+    j["prompt_tokens"] = n_prompt;
+    j["labels"] = nlohmann::json::array();
+    for (const LabelScore& l : labels) {
+      j["labels"].push_back({{"label", l.label},
+                             {"index", l.index},
+                             {"logit", l.logit},
+                             {"logprob", l.logprob},
+                             {"probability", l.probability}});
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("| rank | label | logit | log-prob | probability |\n|---|---|---|---|---|\n");
+  int rank = 0;
+  for (const LabelScore& l : labels) {
+    std::printf("| %d | %s | %.4f | %.4f | %.4f |\n", ++rank, l.label.c_str(), l.logit, l.logprob,
+                l.probability);
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command AddScoreCommand(CLI::App& root) {
   auto* app = root.add_subcommand(
       "score", "rank candidate continuations of a prompt by log-probability (one forward pass)");
   struct Flags {
-    std::string model, prompt, candidates, candidates_file, system;
+    std::string model, prompt, ids, candidates, candidates_file, system;
     EngineFlags engine;
-    bool chat = false, json = false, compare = false, no_think = false;
+    bool chat = false, json = false, compare = false, no_think = false, head = false;
     int32_t repetitions = 5;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "model file or directory")->required();
   f->engine.Register(app);
-  app->add_option("-p,--prompt", f->prompt, "the prompt")->required();
+  app->add_option("-p,--prompt", f->prompt, "the prompt");
+  app->add_option("--ids", f->ids, "the prompt as comma-separated token ids (instead of -p)");
   app->add_option("--candidates", f->candidates, "comma-separated candidate continuations");
   app->add_option("--candidates-file", f->candidates_file, "candidates, one per line");
+  app->add_flag("--head", f->head,
+                "score the labels of the model's classification head from one forward pass of "
+                "the prompt (the default when the model has a head and no candidates are given)");
   app->add_flag("--chat", f->chat,
                 "wrap the prompt as a user turn (candidates are the assistant's reply)");
   app->add_option("--system", f->system, "system message (with --chat)");
   app->add_flag("--no-think", f->no_think, "with --chat: disable thinking (Qwen3)");
   app->add_flag("--json", f->json,
-                "one JSON object: candidates ranked, with token ids and log-probabilities");
+                "one JSON object: candidates ranked, with token ids and log-probabilities (head "
+                "form: labels ranked, with logits, log-probabilities and probabilities)");
   app->add_flag("--compare", f->compare,
                 "also score one candidate per forward pass and report both times (medians)");
   app->add_option("-r,--repetitions", f->repetitions, "timed runs for --compare")
       ->capture_default_str();
   return {app, [=]() -> int {
+            if (f->prompt.empty() == f->ids.empty()) {
+              return ReportError(InvalidArgumentError("give the prompt as -p TEXT or --ids 1,2,3"));
+            }
+            if (!f->ids.empty() && f->chat) {
+              return ReportError(InvalidArgumentError("--chat needs a text prompt (-p)"));
+            }
             std::vector<std::string> texts;
             if (!f->candidates.empty()) texts = SplitCandidates(f->candidates);
             if (!f->candidates_file.empty()) {
@@ -61,13 +116,27 @@ Command AddScoreCommand(CLI::App& root) {
                 if (!line.empty()) texts.push_back(line);
               }
             }
-            if (texts.empty()) {
-              return ReportError(InvalidArgumentError("give --candidates or --candidates-file"));
+            if (f->head && !texts.empty()) {
+              return ReportError(InvalidArgumentError(
+                  "--head scores the model's own labels; drop --candidates / --candidates-file"));
             }
             auto model = LoadModel(f->model, f->engine);
             if (!model.ok()) return ReportError(model.status());
+            // No candidates: the head form when the model has a head (or --head asks for it,
+            // which Classify refuses with a clear error on a model without one).
+            const bool head_form = f->head || (texts.empty() && (*model)->classifier().present());
+            if (!head_form && texts.empty()) {
+              return ReportError(InvalidArgumentError("give --candidates or --candidates-file (",
+                                                      f->model,
+                                                      " has no classification head for --head)"));
+            }
+            if (head_form && f->compare) {
+              return ReportError(InvalidArgumentError("--compare applies to --candidates"));
+            }
             const Tokenizer* tok = (*model)->tokenizer();
-            if (tok == nullptr) {
+            // Text needs the tokenizer: a -p prompt, or candidates.
+            const bool needs_tokenizer = f->ids.empty() || !head_form;
+            if (tok == nullptr && needs_tokenizer) {
               return ReportError(FailedPreconditionError(
                   f->model, " has no tokenizer; pass one with --tokenizer"));
             }
@@ -87,10 +156,24 @@ Command AddScoreCommand(CLI::App& root) {
               if (!formatted.ok()) return ReportError(formatted.status());
               prompt_text = *formatted;
             }
-            EncodeOptions eo;
-            eo.add_bos = tok->spec().add_bos;
-            auto prompt = tok->Encode(prompt_text, eo);
+            StatusOr<std::vector<int32_t>> prompt = std::vector<int32_t>();
+            if (f->ids.empty()) {
+              EncodeOptions eo;
+              eo.add_bos = tok->spec().add_bos;
+              prompt = tok->Encode(prompt_text, eo);
+            } else {
+              prompt = ParseIds(f->ids, (*model)->config().vocab_size);
+            }
             if (!prompt.ok()) return ReportError(prompt.status());
+            if (head_form) {
+              auto so = f->engine.Session();
+              if (!so.ok()) return ReportError(so.status());
+              auto session = Session::Create(*model, *so);
+              if (!session.ok()) return ReportError(session.status());
+              auto labels = (*session)->Classify(*prompt);
+              if (!labels.ok()) return ReportError(labels.status());
+              return PrintLabels(*labels, prompt->size(), f->json);
+            }
             std::vector<std::vector<int32_t>> candidates;
             EncodeOptions plain;
             plain.parse_special = false;
@@ -135,6 +218,7 @@ Command AddScoreCommand(CLI::App& root) {
             }
             if (f->json) {
               nlohmann::json j;
+              j["form"] = "candidates";
               j["prompt_tokens"] = prompt->size();
               for (const CandidateScore& c : *scores) {
                 j["candidates"].push_back({{"text", texts[static_cast<size_t>(c.index)]},

@@ -105,6 +105,16 @@ typedef struct pocket_generate_params {
    * max_tokens that would cut the output makes the call fail with POCKET_ERR_RESOURCE_EXHAUSTED. */
   const char* const* choices;
   size_t n_choices;
+  /* Other constraints, with the same guarantees (NULL = none; at most one of choices, regex,
+   * json_schema and grammar): a regular expression the whole output matches; a JSON Schema (its
+   * JSON text; draft 2020-12 subset, unsupported keywords are an error naming them) the output is
+   * valid JSON against; a GBNF grammar (llama.cpp syntax) the output is a sentence of. */
+  const char* regex;
+  const char* json_schema;
+  const char* grammar;
+  /* Span fields: with json_schema, string properties marked "x-pocket-span": true; with grammar,
+   * the rule named "span": their values are substrings of this text (NULL = none). */
+  const char* span_source;
 } pocket_generate_params;
 
 typedef enum pocket_stop_reason {
@@ -122,6 +132,7 @@ typedef struct pocket_generate_result {
   int32_t n_generated_tokens;
   double prefill_ms;
   double decode_ms;
+  double constraint_ms; /* of decode_ms: computing token masks under a constraint */
 } pocket_generate_result;
 
 /* Called with each piece of text (whole UTF-8 characters, not NUL-terminated); return false to
@@ -150,6 +161,31 @@ typedef struct pocket_candidate_score {
 POCKET_API pocket_status pocket_score(pocket_session* session, const char* prompt,
                                       const char* const* candidates, size_t n_candidates,
                                       pocket_candidate_score* scores, pocket_error* err);
+
+/* ---- classification head ---- */
+/* A model file may carry a classification head: a matrix [n_labels, hidden] (tensor
+ * cls_head.weight) and the names of its labels (made by `pocket convert --classifier-head`).
+ * Returns the number of labels, 0 when the model has no head. */
+POCKET_API size_t pocket_model_n_labels(const pocket_model* model);
+/* The name of label `index` (NUL-terminated, owned by the model); NULL when out of range. */
+POCKET_API const char* pocket_model_label(const pocket_model* model, size_t index);
+
+typedef struct pocket_label_score {
+  size_t index;       /* the label's row in the head: pocket_model_label(model, index) */
+  const char* label;  /* its name (owned by the model, valid while the model lives) */
+  double logit;       /* head row . final-norm hidden state of the prompt's last token */
+  double logprob;     /* log-softmax over the labels */
+  double probability; /* exp(logprob); the labels' probabilities sum to 1 */
+} pocket_label_score;
+
+/* Scores the labels of the model's classification head for `prompt` (tokenized with special
+ * tokens recognised) from one forward pass of the prompt alone. Writes up to `capacity` entries
+ * to `scores`, best first; *n_scores receives the number of labels (if it exceeds capacity the
+ * call returns POCKET_ERR_BUFFER_TOO_SMALL and writes nothing). A model without a head:
+ * POCKET_ERR_FAILED_PRECONDITION. The session's context becomes the prompt. */
+POCKET_API pocket_status pocket_classify(pocket_session* session, const char* prompt,
+                                         pocket_label_score* scores, size_t capacity,
+                                         size_t* n_scores, pocket_error* err);
 
 #ifdef __cplusplus
 }

@@ -195,7 +195,11 @@ pocket_generate_params pocket_generate_default_params(void) {
                                 nullptr,
                                 0,
                                 nullptr,
-                                0};
+                                0,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr};
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
@@ -223,20 +227,27 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       }
       options.stop_strings.emplace_back(p.stop_strings[i]);
     }
-    std::unique_ptr<pocket::Constraint> constraint;
-    if (p.n_choices > 0) {
-      std::vector<std::string> choices;
-      for (size_t i = 0; i < p.n_choices; ++i) {
-        if (p.choices == nullptr || p.choices[i] == nullptr) {
-          return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "choice " + std::to_string(i) + " is NULL");
-        }
-        choices.emplace_back(p.choices[i]);
+    pocket::ConstraintSpec spec;
+    for (size_t i = 0; i < p.n_choices; ++i) {
+      if (p.choices == nullptr || p.choices[i] == nullptr) {
+        return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "choice " + std::to_string(i) + " is NULL");
       }
+      spec.choices.emplace_back(p.choices[i]);
+    }
+    if (p.regex != nullptr) spec.regex = p.regex;
+    if (p.json_schema != nullptr) spec.json_schema = p.json_schema;
+    if (p.grammar != nullptr) spec.grammar = p.grammar;
+    if (p.span_source != nullptr) {
+      spec.span_source = p.span_source;
+      spec.has_span_source = true;
+    }
+    std::unique_ptr<pocket::Constraint> constraint;
+    if (!spec.empty() || spec.has_span_source) {
       const pocket::Tokenizer* tok = session->session->model().tokenizer();
       if (tok == nullptr) {
         return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
       }
-      auto c = pocket::MakeChoiceConstraint(*tok, std::move(choices));
+      auto c = pocket::MakeConstraint(*tok, spec);
       if (!c.ok()) return Report(err, c.status());
       constraint = std::move(*c);
       options.constraint = constraint.get();
@@ -255,6 +266,7 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       result->n_generated_tokens = static_cast<int32_t>(r->tokens.size());
       result->prefill_ms = static_cast<double>(r->prefill_us) / 1000.0;
       result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
+      result->constraint_ms = static_cast<double>(r->constraint_us) / 1000.0;
     }
     return Report(err, pocket::Status::Ok());
   });
@@ -294,6 +306,59 @@ pocket_status pocket_score(pocket_session* session, const char* prompt,
       scores[i] =
           pocket_candidate_score{static_cast<size_t>(c.index),
                                  static_cast<int32_t>(c.tokens.size()), c.logprob, c.probability};
+    }
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+size_t pocket_model_n_labels(const pocket_model* model) {
+  return model == nullptr ? 0 : model->model->classifier().labels.size();
+}
+
+const char* pocket_model_label(const pocket_model* model, size_t index) {
+  if (model == nullptr) return nullptr;
+  const std::vector<std::string>& labels = model->model->classifier().labels;
+  return index < labels.size() ? labels[index].c_str() : nullptr;
+}
+
+pocket_status pocket_classify(pocket_session* session, const char* prompt,
+                              pocket_label_score* scores, size_t capacity, size_t* n_scores,
+                              pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || prompt == nullptr || n_scores == nullptr ||
+        (scores == nullptr && capacity > 0)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session, prompt and n_scores must not be NULL (nor scores when capacity > 0)");
+    }
+    const pocket::Model& model = session->session->model();
+    const std::vector<std::string>& labels = model.classifier().labels;
+    *n_scores = labels.size();
+    if (labels.empty()) {
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION,
+                  model.source().path() +
+                      " has no classification head (tensor cls_head.weight with its labels); add "
+                      "one with pocket convert --classifier-head FILE --classifier-labels a,b,c");
+    }
+    const pocket::Tokenizer* tok = model.tokenizer();
+    if (tok == nullptr)
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
+    pocket::EncodeOptions eo;
+    eo.add_bos = tok->spec().add_bos;
+    auto ids = tok->Encode(prompt, eo);
+    if (!ids.ok()) return Report(err, ids.status());
+    // Before the forward pass: a buffer that is too small costs nothing.
+    if (labels.size() > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
+                  "the model has " + std::to_string(labels.size()) + " labels, capacity is " +
+                      std::to_string(capacity));
+    }
+    auto r = session->session->Classify(*ids);
+    if (!r.ok()) return Report(err, r.status());
+    for (size_t i = 0; i < r->size(); ++i) {
+      const pocket::LabelScore& l = (*r)[i];
+      const size_t index = static_cast<size_t>(l.index);
+      scores[i] =
+          pocket_label_score{index, labels[index].c_str(), l.logit, l.logprob, l.probability};
     }
     return Report(err, pocket::Status::Ok());
   });

@@ -1,14 +1,18 @@
 #include "convert/convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/float16.h"
+#include "base/mapped_file.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "format/npy_file.h"
 #include "format/pocket_file.h"
+#include "format/safetensors.h"
 #include "model/model.h"
 #include "quant/group_quantize.h"
 #include "quant/packed.h"
@@ -250,7 +254,80 @@ class Converter {
   std::vector<ConvertGroupReport> report_;
 };
 
-std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input) {
+// The matrix of --classifier-head as f32: a .npy array, or a safetensors tensor (cls_head.weight,
+// score.weight, or the file's only tensor).
+StatusOr<NpyArray> ReadHeadFile(const std::string& path) {
+  const std::string what = StrCat(path, " (--classifier-head)");
+  {
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+    if (LooksLikeNpy(file->bytes())) {
+      auto a = ParseNpy(file->bytes(), what);
+      if (!a.ok()) return a.status();
+      return std::move(*a);
+    }
+  }
+  auto st = SafetensorsFile::Open(path);
+  if (!st.ok()) {
+    return InvalidArgumentError(what, ": expected a .npy or safetensors file holding the matrix ",
+                                "[n_labels, hidden] (", st.status().message(), ")");
+  }
+  const std::vector<TensorInfo>& tensors = (*st)->tensors();
+  const TensorInfo* t = nullptr;
+  for (const char* name : {"cls_head.weight", "score.weight"}) {
+    for (const TensorInfo& c : tensors) {
+      if (t == nullptr && c.name == name) t = &c;
+    }
+  }
+  if (t == nullptr && tensors.size() == 1) t = &tensors[0];
+  if (t == nullptr) {
+    std::string names;
+    for (const TensorInfo& c : tensors) names += (names.empty() ? "" : ", ") + c.name;
+    return InvalidArgumentError(what, ": no tensor cls_head.weight or score.weight, and ",
+                                tensors.size(), " tensors to choose from (", names, ")");
+  }
+  if (!t->type_supported) {
+    return UnimplementedError(what, ": tensor ", t->name, " has dtype ", t->type_name,
+                              " (F32, F16 or BF16 expected)");
+  }
+  NpyArray a;
+  a.shape = t->shape;
+  a.data.resize(static_cast<size_t>(t->n_elements()));
+  // Safetensors data may sit at any address: decode from an aligned copy.
+  std::vector<uint8_t> bytes(t->data, t->data + t->n_bytes);
+  DequantizeRow(t->type, bytes.data(), a.data.data(), t->n_elements());
+  return a;
+}
+
+// The head to write: the one given by the options, else the input's own (or none).
+StatusOr<ClassifierHead> HeadToWrite(const Model& model, const ConvertOptions& o) {
+  if (o.classifier_head_path.empty() && o.classifier_labels.empty()) return model.classifier();
+  if (o.classifier_head_path.empty()) {
+    return InvalidArgumentError("--classifier-labels needs --classifier-head (the matrix ",
+                                "[n_labels, hidden] whose rows score the labels)");
+  }
+  if (o.classifier_labels.empty()) {
+    return InvalidArgumentError("--classifier-head needs --classifier-labels (one name per row)");
+  }
+  POCKET_ASSIGN_OR_RETURN(NpyArray a, ReadHeadFile(o.classifier_head_path));
+  const int32_t d = model.config().d_model;
+  POCKET_RETURN_IF_ERROR(CheckClassifierHead(o.classifier_labels, a.shape, d,
+                                             StrCat(o.classifier_head_path, " (--classifier-head)"),
+                                             "--classifier-labels"));
+  for (float v : a.data) {
+    if (!std::isfinite(v)) {
+      return InvalidArgumentError(o.classifier_head_path,
+                                  " (--classifier-head): the matrix holds a NaN or infinity");
+    }
+  }
+  ClassifierHead head;
+  head.labels = o.classifier_labels;
+  head.weight = std::move(a.data);
+  head.d_model = d;
+  return head;
+}
+
+std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input,
+                         const ClassifierHead& head) {
   const ModelConfig& c = model.config();
   nlohmann::json j;
   j["format"] = "pocket";
@@ -269,11 +346,11 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
   j["qk_norm"] = c.qk_norm;
   j["qkv_bias"] = c.qkv_bias;
   j["tied_output"] = c.tied_output;
-  if (const Tokenizer* t = model.tokenizer()) {
-    j["bos_token_id"] = t->spec().bos_id;
-    j["eos_token_id"] = t->spec().eos_id;
-    j["pad_token_id"] = t->spec().pad_id;
-  }
+  // -1 when absent (docs/format.md), also for a model without a tokenizer.
+  const Tokenizer* t = model.tokenizer();
+  j["bos_token_id"] = t != nullptr ? t->spec().bos_id : -1;
+  j["eos_token_id"] = t != nullptr ? t->spec().eos_id : -1;
+  j["pad_token_id"] = t != nullptr ? t->spec().pad_id : -1;
   j["generation"] = {
       {"temperature", 0.7},        {"top_k", 20},      {"top_p", 0.8}, {"min_p", 0.0},
       {"repetition_penalty", 1.0}, {"max_tokens", 512}};
@@ -283,6 +360,7 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
                        {"embedding", o.embedding.empty() ? o.weights : o.embedding},
                        {"output", o.output.empty() ? o.weights : o.output}};
   j["source"] = {{"path", input}, {"format", std::string(SourceKindName(model.source().kind()))}};
+  if (head.present()) j[kPocketClassifierLabelsKey] = head.labels;
   return j.dump(2);
 }
 
@@ -316,10 +394,12 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
       options.n_threads > 0
           ? options.n_threads
           : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  // Checked before anything is written: a bad head leaves no output.
+  POCKET_ASSIGN_OR_RETURN(const ClassifierHead head, HeadToWrite(*model, options));
   ThreadPool pool(n_threads);
   Converter conv(options, pool);
   PocketWriter writer;
-  writer.SetMetadataJson(MetadataJson(*model, options, input));
+  writer.SetMetadataJson(MetadataJson(*model, options, input, head));
   if (const Tokenizer* tok = model->tokenizer()) {
     POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizerSpec(tok->FullSpec()));
     writer.AddSection("tokenizer", std::move(bytes));
@@ -382,6 +462,14 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     POCKET_RETURN_IF_ERROR(
         conv.AddMatrix(writer, name("ffn_down.weight"), {{&l.w_down}}, body, "ffn"));
   }
+  if (head.present()) {
+    const int64_t n_labels = head.n_labels();
+    POCKET_RETURN_IF_ERROR(writer.AddDenseTensor(kClassifierTensor, DType::kF32, {n_labels, d},
+                                                 [&head](uint8_t* out, size_t n_bytes) {
+                                                   std::memcpy(out, head.weight.data(), n_bytes);
+                                                   return Status::Ok();
+                                                 }));
+  }
   if (options.progress) {
     writer.set_progress([&options](size_t done, size_t total, const std::string& tensor) {
       options.progress(StrCat("converting: ", done, "/", total, " tensors (", tensor, ")"));
@@ -389,6 +477,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   }
   std::vector<std::string> inputs = {input};
   if (!options.tokenizer_path.empty()) inputs.push_back(options.tokenizer_path);
+  if (!options.classifier_head_path.empty()) inputs.push_back(options.classifier_head_path);
   POCKET_RETURN_IF_ERROR(writer.Write(output, inputs));
   ConvertReport report;
   report.groups = conv.TakeReport();
@@ -397,6 +486,10 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     if (t.shape.size() == 1) norm_weights += t.n_elements();
   }
   report.groups.push_back({"norms", norm_weights, static_cast<uint64_t>(norm_weights) * 4, "f32"});
+  if (head.present()) {
+    const int64_t n = static_cast<int64_t>(head.weight.size());
+    report.groups.push_back({"classifier", n, static_cast<uint64_t>(n) * 4, "f32"});
+  }
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> written, MappedFile::Open(output));
   report.file_bytes = written->size();
   report.seconds = watch.elapsed_s();

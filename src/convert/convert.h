@@ -21,7 +21,13 @@ struct ConvertOptions {
   std::string output;
   int32_t group = 64;          // columns per scale group for int4 / int8: 32, 64 or 128
   std::string tokenizer_path;  // a tokenizer to use instead of the model's own
-  int32_t n_threads = 0;       // 0: one per hardware thread
+  // A classification head to store (model/classifier.h): a .npy or safetensors file holding one
+  // matrix [n_labels, d_model] (safetensors: the tensor cls_head.weight, score.weight or the
+  // file's only tensor), and the names of its rows, in order. Written as f32. Without one, a
+  // head the input carries is kept.
+  std::string classifier_head_path;
+  std::vector<std::string> classifier_labels;
+  int32_t n_threads = 0;  // 0: one per hardware thread
   // Progress lines (the CLI redraws one line on stderr).
   std::function<void(const std::string&)> progress;
   // Polled before each tensor: returning true stops the conversion with a Cancelled status and
@@ -30,7 +36,7 @@ struct ConvertOptions {
 };
 
 struct ConvertGroupReport {
-  std::string group;  // "embedding", "output", "attention", "ffn", "norms"
+  std::string group;  // "embedding", "output", "attention", "ffn", "norms", "classifier"
   int64_t n_weights = 0;
   uint64_t bytes = 0;
   std::string encoding;

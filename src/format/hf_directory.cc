@@ -30,8 +30,10 @@ ConfigValue ToConfigValue(const Json& v) {
     c.s = v.get<std::string>();
   } else if (v.is_array()) {
     c.kind = ConfigValue::Kind::kArray;
+    c.array_size = v.size();
     for (const Json& e : v) {
       if (e.is_number_integer()) c.ints.push_back(e.get<int64_t>());
+      if (e.is_string()) c.strings.push_back(e.get<std::string>());
     }
   } else {
     c.kind = ConfigValue::Kind::kObject;

@@ -22,8 +22,10 @@ struct ConfigValue {
   int64_t i = 0;
   double f = 0.0;
   std::string s;
-  std::vector<int64_t> ints;  // integer arrays (eos_token_id: [1, 2])
-  std::string json;           // compact JSON text of the value (for messages)
+  std::vector<int64_t> ints;         // integer arrays (eos_token_id: [1, 2])
+  std::vector<std::string> strings;  // the string elements of arrays (classifier_labels)
+  size_t array_size = 0;             // elements of an array, of any type
+  std::string json;                  // compact JSON text of the value (for messages)
 };
 
 class HfDirectory {

@@ -3,6 +3,16 @@
 #include <algorithm>
 
 namespace pocket {
+
+size_t Constraint::AllowedMask(std::vector<uint64_t>* mask) {
+  const std::vector<int32_t>& allowed = Allowed();
+  int32_t max_id = -1;
+  for (int32_t id : allowed) max_id = std::max(max_id, id);
+  mask->assign(static_cast<size_t>(max_id + 64) / 64, 0);
+  for (int32_t id : allowed) (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+  return allowed.size();
+}
+
 namespace {
 
 class ChoiceConstraint final : public Constraint {

@@ -1,7 +1,7 @@
 // Constrained generation: a constraint decides, token by token, which tokens may come next, so
 // the output is valid by construction (the sampler only ever sees allowed tokens). The first
-// constraint is a choice among fixed strings; regular expressions, JSON Schema and GBNF grammars
-// will implement the same interface.
+// constraints: a choice among fixed strings, regular expressions, and grammars (grammar.h: GBNF,
+// JSON Schema, span fields).
 #pragma once
 
 #include <cstdint>
@@ -24,10 +24,16 @@ class Constraint {
   // The tokens allowed next (the stop tokens are handled by the caller: allowed exactly when
   // Complete()). Empty when nothing can extend the output.
   virtual const std::vector<int32_t>& Allowed() = 0;
+  // The same as a bit mask over the vocabulary (bit id % 64 of word id / 64), resized to cover
+  // it; returns how many tokens are allowed. Grammar constraints compute this form natively.
+  virtual size_t AllowedMask(std::vector<uint64_t>* mask);
   // Takes a token; an error when it is not allowed (the caller masks, so this is a bug guard).
   virtual Status Accept(int32_t token) = 0;
   // The output so far is a whole valid output (the model may stop here).
   virtual bool Complete() const = 0;
+  // An error that stopped the constraint (e.g. an engine limit while computing a mask): then
+  // Allowed() is empty and generation reports this error.
+  virtual Status error() const { return Status::Ok(); }
 };
 
 // The output is exactly one of `choices` (non-empty strings, valid UTF-8). Works over the bytes
@@ -44,5 +50,27 @@ StatusOr<std::unique_ptr<Constraint>> MakeChoiceConstraint(const Tokenizer& toke
 // else (lookaround, backreferences, lazy quantifiers, ^ $) is an error naming the offset.
 StatusOr<std::unique_ptr<Constraint>> MakeRegexConstraint(const Tokenizer& tokenizer,
                                                           std::string_view pattern);
+
+// Everything that selects a constraint, as the CLI and the C API take it. At most one of
+// choices, regex, json_schema and grammar may be given.
+struct ConstraintSpec {
+  std::vector<std::string> choices;
+  std::string regex;
+  std::string json_schema;  // JSON Schema text
+  std::string grammar;      // GBNF text
+  // Span fields: the source text; schema properties to treat as spans (besides those marked
+  // "x-pocket-span": true); the GBNF rule name that matches a span.
+  std::string span_source;
+  bool has_span_source = false;
+  std::vector<std::string> span_fields;
+  std::string span_rule = "span";
+  bool empty() const {
+    return choices.empty() && regex.empty() && json_schema.empty() && grammar.empty();
+  }
+};
+
+// The constraint `spec` describes; nullptr (no error) when it describes none.
+StatusOr<std::unique_ptr<Constraint>> MakeConstraint(const Tokenizer& tokenizer,
+                                                     const ConstraintSpec& spec);
 
 }  // namespace pocket

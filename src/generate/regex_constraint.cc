@@ -1,12 +1,12 @@
-// Regular-expression constraint: the pattern is compiled to a Thompson NFA over Unicode code
-// points; the matcher's state is the set of NFA states reached (epsilon-closed) plus the bytes of
-// a character not yet complete. A token is allowed when its bytes keep the set non-empty (and a
-// trailing partial character can still become one the set accepts). Allowed sets are memoized by
-// state, so a pattern that revisits states (most do) pays the vocabulary scan once per state.
+// Regular expressions: the documented subset parsed to a Thompson NFA over Unicode code points
+// (CompileRegexNfa, also used by JSON Schema `pattern` and `format`); the regex constraint runs the
+// NFA as right-linear grammar rules in the grammar engine.
 #include <algorithm>
 #include <map>
 
 #include "generate/constraint.h"
+#include "generate/grammar.h"
+#include "generate/regex.h"
 #include "tokenizer/utf8.h"
 
 namespace pocket {
@@ -16,16 +16,8 @@ constexpr char32_t kMaxCodePoint = 0x10FFFF;
 constexpr size_t kMaxStates = 200000;
 constexpr int kMaxRepeat = 1000;
 
-struct Range {
-  char32_t lo, hi;
-};
-
-// An NFA state: either a character transition (ranges, to `next`) or up to two epsilon moves.
-struct State {
-  std::vector<Range> ranges;  // empty: epsilon state
-  int next = -1;              // character transition target
-  int eps[2] = {-1, -1};
-};
+using Range = CharRange;
+using State = RegexNfa::State;
 
 std::vector<Range> Normalize(std::vector<Range> r) {
   std::sort(r.begin(), r.end(), [](Range a, Range b) { return a.lo < b.lo; });
@@ -401,162 +393,32 @@ class Parser {
   std::vector<State>* states_;
 };
 
-class RegexConstraint final : public Constraint {
- public:
-  RegexConstraint(const Tokenizer& tok, std::vector<State> states, int start, int accept)
-      : tok_(&tok), states_(std::move(states)), start_(start), accept_(accept) {
-    Reset();
-  }
-
-  void Reset() override {
-    current_.clear();
-    Close({start_}, &current_);
-    pending_.clear();
-  }
-
-  const std::vector<int32_t>& Allowed() override {
-    std::string key(reinterpret_cast<const char*>(current_.data()), current_.size() * sizeof(int));
-    key += '|';
-    key += pending_;
-    auto it = memo_.find(key);
-    if (it != memo_.end()) return it->second;
-    std::vector<int32_t> allowed;
-    std::vector<int> set, next;
-    for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
-      if (tok_->IsSpecial(id)) continue;
-      const std::string_view bytes = tok_->TokenBytes(id);
-      if (bytes.empty()) continue;
-      set = current_;
-      std::string pending = pending_;
-      if (Advance(bytes, &set, &pending, &next)) allowed.push_back(id);
-    }
-    if (memo_.size() > 4096) memo_.clear();
-    return memo_.emplace(std::move(key), std::move(allowed)).first->second;
-  }
-
-  Status Accept(int32_t token) override {
-    const std::string_view bytes = tok_->TokenBytes(token);
-    std::vector<int> set = current_, next;
-    std::string pending = pending_;
-    if (bytes.empty() || tok_->IsSpecial(token) || !Advance(bytes, &set, &pending, &next)) {
-      return InvalidArgumentError("token ", token, " ", QuoteBytes(bytes),
-                                  " cannot continue the pattern here");
-    }
-    current_ = std::move(set);
-    pending_ = std::move(pending);
-    return Status::Ok();
-  }
-
-  bool Complete() const override {
-    return pending_.empty() && std::binary_search(current_.begin(), current_.end(), accept_);
-  }
-
- private:
-  // Epsilon closure of `from` into *out (sorted, unique).
-  void Close(const std::vector<int>& from, std::vector<int>* out) const {
-    std::vector<int> stack(from.begin(), from.end());
-    std::vector<char> seen(states_.size(), 0);
-    out->clear();
-    while (!stack.empty()) {
-      const int s = stack.back();
-      stack.pop_back();
-      if (s < 0 || seen[static_cast<size_t>(s)]) continue;
-      seen[static_cast<size_t>(s)] = 1;
-      out->push_back(s);
-      const State& st = states_[static_cast<size_t>(s)];
-      if (st.ranges.empty()) {
-        stack.push_back(st.eps[0]);
-        stack.push_back(st.eps[1]);
-      }
-    }
-    std::sort(out->begin(), out->end());
-  }
-
-  static bool InRanges(const std::vector<Range>& r, char32_t c) {
-    for (const Range& x : r) {
-      if (c < x.lo) return false;
-      if (c <= x.hi) return true;
-    }
-    return false;
-  }
-  static bool Overlaps(const std::vector<Range>& r, char32_t lo, char32_t hi) {
-    for (const Range& x : r) {
-      if (x.lo <= hi && lo <= x.hi) return true;
-    }
-    return false;
-  }
-
-  // Feeds bytes; false when the pattern cannot continue (or the bytes are not UTF-8).
-  bool Advance(std::string_view bytes, std::vector<int>* set, std::string* pending,
-               std::vector<int>* next) const {
-    for (char b : bytes) {
-      pending->push_back(b);
-      const utf8::SequenceInfo info = utf8::Classify(*pending);
-      if (info.kind == utf8::SequenceInfo::kInvalid) return false;
-      if (info.kind == utf8::SequenceInfo::kIncomplete) continue;
-      size_t at = 0;
-      const char32_t c = utf8::DecodeAt(*pending, &at);
-      pending->clear();
-      std::vector<int> moved;
-      for (int s : *set) {
-        const State& st = states_[static_cast<size_t>(s)];
-        if (!st.ranges.empty() && InRanges(st.ranges, c)) moved.push_back(st.next);
-      }
-      if (moved.empty()) return false;
-      Close(moved, next);
-      set->swap(*next);
-    }
-    if (pending->empty()) return true;
-    // A partial character: possible only if some transition accepts a character with this
-    // prefix (the code points it can still become form one range).
-    const size_t len = utf8::LengthFromLead(static_cast<uint8_t>((*pending)[0]));
-    std::string lo_s = *pending, hi_s = *pending;
-    lo_s.append(len - pending->size(), '\x80');
-    hi_s.append(len - pending->size(), '\xBF');
-    size_t a = 0, b = 0;
-    char32_t lo = utf8::DecodeAt(lo_s, &a), hi = utf8::DecodeAt(hi_s, &b);
-    // Filling with 0x80 can spell an overlong form (E0 80 80 is not a character): the smallest
-    // real character of that length is the bound. After a lone ED come only D000-D7FF (no
-    // surrogates), and nothing passes U+10FFFF.
-    static constexpr char32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
-    lo = std::max(lo, kMinOfLength[len]);
-    hi = std::min(hi, kMaxCodePoint);
-    if (static_cast<uint8_t>((*pending)[0]) == 0xED && pending->size() == 1) {
-      hi = std::min<char32_t>(hi, 0xD7FF);
-    }
-    if (lo > hi) return false;
-    for (int s : *set) {
-      const State& st = states_[static_cast<size_t>(s)];
-      if (!st.ranges.empty() && Overlaps(st.ranges, lo, hi)) return true;
-    }
-    return false;
-  }
-
-  const Tokenizer* tok_;
-  std::vector<State> states_;
-  int start_, accept_;
-  std::vector<int> current_;
-  std::string pending_;
-  std::map<std::string, std::vector<int32_t>> memo_;
-};
-
 }  // namespace
+
+StatusOr<RegexNfa> CompileRegexNfa(std::string_view pattern) {
+  POCKET_RETURN_IF_ERROR(utf8::Validate(pattern));
+  RegexNfa nfa;
+  Parser parser(pattern, &nfa.states);
+  POCKET_RETURN_IF_ERROR(parser.Parse());
+  // One accepting state at the end of every exit.
+  nfa.states.emplace_back();
+  nfa.accept = static_cast<int>(nfa.states.size()) - 1;
+  for (const auto& e : parser.final_.exits) {
+    State& s = nfa.states[static_cast<size_t>(e.state)];
+    (e.slot == 0 ? s.next : s.eps[e.slot - 1]) = nfa.accept;
+  }
+  nfa.start = parser.final_.start;
+  return nfa;
+}
 
 StatusOr<std::unique_ptr<Constraint>> MakeRegexConstraint(const Tokenizer& tokenizer,
                                                           std::string_view pattern) {
-  POCKET_RETURN_IF_ERROR(utf8::Validate(pattern));
-  std::vector<State> states;
-  Parser parser(pattern, &states);
-  POCKET_RETURN_IF_ERROR(parser.Parse());
-  // One accepting state at the end of every exit.
-  states.emplace_back();
-  const int accept = static_cast<int>(states.size()) - 1;
-  for (const auto& e : parser.final_.exits) {
-    State& s = states[static_cast<size_t>(e.state)];
-    (e.slot == 0 ? s.next : s.eps[e.slot - 1]) = accept;
-  }
-  return std::unique_ptr<Constraint>(
-      new RegexConstraint(tokenizer, std::move(states), parser.final_.start, accept));
+  POCKET_ASSIGN_OR_RETURN(RegexNfa nfa, CompileRegexNfa(pattern));
+  // The NFA as right-linear grammar rules: masks come from the grammar engine's trie walk and
+  // segment cache (grammar.cc).
+  auto grammar = std::make_unique<Grammar>();
+  grammar->SetRoot(grammar->FromRegex(nfa));
+  return MakeGrammarConstraint(tokenizer, std::move(grammar));
 }
 
 }  // namespace pocket

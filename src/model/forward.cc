@@ -250,7 +250,7 @@ void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
 
 Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
            std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits,
-           const TreeBatch* tree = nullptr) {
+           const TreeBatch* tree = nullptr, float* hidden = nullptr) {
   const ModelConfig& c = model.config();
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (n == 0) return InvalidArgumentError("no tokens to run");
@@ -268,6 +268,12 @@ Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
     const LayerWeights& l = p.w.layers[static_cast<size_t>(layer)];
     AttentionBlock(p, l, layer);
     FeedForwardBlock(p, l);
+  }
+  if (hidden != nullptr) {
+    // [d_model]: the last token's residual stream through the final norm, in float (what a dense
+    // output matrix would multiply).
+    p.k.rmsnorm(p.s.x + static_cast<size_t>(n - 1) * c.d_model, p.w.output_norm, c.rms_eps,
+                c.d_model, hidden);
   }
   if (logits != nullptr) {
     // Final norm and output projection, for the last token or all of them.
@@ -342,6 +348,12 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
 Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
   return Run(model, kv, scratch, pool, tokens, pos0, all_positions, logits);
+}
+
+Status PrefillHidden(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+                     std::span<const int32_t> tokens, int32_t pos0, float* hidden) {
+  if (hidden == nullptr) return InvalidArgumentError("PrefillHidden: no output buffer");
+  return Run(model, kv, scratch, pool, tokens, pos0, false, nullptr, nullptr, hidden);
 }
 
 Status PrefillTree(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,

@@ -49,6 +49,12 @@ class ForwardScratch {
 Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
                std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits);
 
+// Runs tokens as Prefill does, but skips the output matrix: writes the final-norm hidden state
+// of the last token (RMSNorm with output_norm, the output matrix's input; [d_model]) to `hidden`.
+// Classification heads read it.
+Status PrefillHidden(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
+                     std::span<const int32_t> tokens, int32_t pos0, float* hidden);
+
 // Candidate continuations of a prompt evaluated in one pass with a tree attention mask (each
 // candidate sees the prompt and its own earlier tokens). The batch occupies KV slots
 // [pos0, pos0 + tokens.size()), candidates one after another; each segment hides the slots of

@@ -47,6 +47,7 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   BindOptions bind;
   bind.repack = options.repack;
   POCKET_ASSIGN_OR_RETURN(m->weights_, BindWeights(src, m->config_, bind));
+  POCKET_ASSIGN_OR_RETURN(m->classifier_, LoadClassifierHead(src, m->config_));
   m->kernels_ = options.kernels != nullptr ? options.kernels : &SelectKernels();
 
   if (!options.tokenizer_path.empty()) {
@@ -101,6 +102,9 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   m->load_us_ = watch.elapsed_us();
   options.logger.Info("loaded ", path, " (", SourceKindName(src.kind()), ", ",
                       m->config_.ToString(), ") in ", m->load_us_ / 1000, " ms");
+  if (m->classifier_.present()) {
+    options.logger.Info("classification head: ", m->classifier_.n_labels(), " labels");
+  }
   return std::shared_ptr<const Model>(std::move(m));
 }
 

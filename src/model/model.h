@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "format/model_source.h"
 #include "kernels/kernel_table.h"
+#include "model/classifier.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +42,8 @@ class Model {
   // 1 / base^(2i / head_dim), i < head_dim / 2 (in double: the angle pos * freq is formed in
   // double).
   const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
+  // The classification head the file carries (present() false when none): Session::Classify.
+  const ClassifierHead& classifier() const { return classifier_; }
   // Token ids that end generation (EOS and end-of-turn tokens).
   const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
   int64_t load_us() const { return load_us_; }
@@ -52,6 +55,7 @@ class Model {
   ModelWeights weights_;
   const KernelTable* kernels_ = nullptr;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  ClassifierHead classifier_;
   std::vector<double> rope_inv_freq_;
   std::vector<int32_t> stop_token_ids_;
   int64_t load_us_ = 0;

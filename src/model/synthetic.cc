@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "format/gguf_writer.h"
 #include "format/safetensors.h"
+#include "model/classifier.h"
 #include "model/weights.h"
 #include "quant/quantize.h"
 #include "tokenizer/vocab_fit.h"
@@ -172,6 +173,11 @@ std::vector<float> SyntheticTensor(const std::string& name, std::vector<int64_t>
 Status WriteSyntheticGguf(const SyntheticOptions& o, const std::string& path) {
   const ModelConfig& c = o.config;
   POCKET_RETURN_IF_ERROR(c.Validate());
+  const int64_t n_labels = static_cast<int64_t>(o.classifier_labels.size());
+  if (n_labels > 0) {
+    POCKET_RETURN_IF_ERROR(CheckClassifierHead(o.classifier_labels, {n_labels, c.d_model},
+                                               c.d_model, kClassifierTensor, "the labels"));
+  }
   GgufWriter w;
   const std::string a(ArchitectureName(c.arch));
   w.SetString("general.architecture", a);
@@ -240,6 +246,16 @@ Status WriteSyntheticGguf(const SyntheticOptions& o, const std::string& path) {
           return Status::Ok();
         }));
   }
+  if (n_labels > 0) {
+    w.SetStringArray(kGgufClassifierLabelsKey, o.classifier_labels);
+    POCKET_RETURN_IF_ERROR(w.AddTensor(kClassifierTensor, DType::kF32, {n_labels, c.d_model},
+                                       [&o, n_labels, &c](uint8_t* out, size_t) {
+                                         const std::vector<float> v = SyntheticTensor(
+                                             kClassifierTensor, {n_labels, c.d_model}, o.seed);
+                                         std::memcpy(out, v.data(), v.size() * sizeof(float));
+                                         return Status::Ok();
+                                       }));
+  }
   return w.Write(path, o.input_paths);
 }
 
@@ -252,6 +268,10 @@ Status WriteSyntheticHf(const SyntheticOptions& o, const std::string& dir) {
                                 DTypeName(o.weight_type));
   }
   if (!IsDirectory(dir)) return NotFoundError("output directory ", dir, " does not exist");
+  if (!o.classifier_labels.empty()) {
+    return UnimplementedError("a classification head is written to GGUF only (or added by ",
+                              "pocket convert --classifier-head)");
+  }
   const char* arch_class = c.arch == Architecture::kQwen3   ? "Qwen3ForCausalLM"
                            : c.arch == Architecture::kQwen2 ? "Qwen2ForCausalLM"
                                                             : "LlamaForCausalLM";

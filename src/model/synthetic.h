@@ -27,7 +27,10 @@ struct SyntheticOptions {
   int32_t q4_1_grid = 32;
   // Attached tokenizer (its vocabulary is fitted to config.vocab_size); may be null.
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::string chat_template;             // overrides the tokenizer's
+  std::string chat_template;  // overrides the tokenizer's
+  // Non-empty: a random classification head cls_head.weight [n_labels, d_model] (f32) scoring
+  // these labels (GGUF only; model/classifier.h).
+  std::vector<std::string> classifier_labels;
   std::vector<std::string> input_paths;  // files the output must never overwrite
 };
 

@@ -1,6 +1,8 @@
 #include "runtime/bench.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -125,7 +127,15 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       std::vector<int32_t> prompt(static_cast<size_t>(config.n_prompt));
       for (int32_t& id : prompt)
         id = static_cast<int32_t>(rng.NextBelow(static_cast<uint64_t>(c.vocab_size)));
-      std::vector<double> pp, tg, cpu;
+      std::unique_ptr<Constraint> constraint;
+      if (!config.constraint.empty()) {
+        if (model->tokenizer() == nullptr)
+          return FailedPreconditionError(path, ": a constrained bench needs the model's tokenizer");
+        POCKET_ASSIGN_OR_RETURN(constraint, MakeConstraint(*model->tokenizer(), config.constraint));
+        r.constrained = true;
+      }
+      std::vector<double> pp, tg, cpu, ctg, mask_us, forced, outputs;
+      std::vector<uint64_t> mask;
       for (int32_t run = 0; run <= config.repetitions; ++run) {
         say(StrCat(path, ": ", n_threads, " thread(s), ",
                    run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": pp",
@@ -143,14 +153,72 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
           POCKET_RETURN_IF_ERROR(session->Append(std::span<const int32_t>(&next, 1)));
         }
         const double tg_s = w.elapsed_s();
+        const double run_cpu = ProcessCpuSeconds() - cpu0;
+        if (constraint != nullptr) {
+          // The same decode from the same prompt, each token chosen among the allowed ones.
+          POCKET_RETURN_IF_ERROR(session->SetContext(prompt));
+          constraint->Reset();
+          int64_t constraint_us = 0;
+          int32_t n_forced = 0, n_outputs = 0;
+          w.Reset();
+          for (int32_t i = 0; i < config.n_gen; ++i) {
+            Stopwatch mw;
+            size_t n_allowed = constraint->AllowedMask(&mask);
+            if (n_allowed == 0 && constraint->Complete()) {
+              ++n_outputs;
+              constraint->Reset();
+              n_allowed = constraint->AllowedMask(&mask);
+            }
+            if (n_allowed == 0)
+              return InternalError("the constraint allows no token and is not complete");
+            std::span<const float> logits = session->last_logits();
+            int32_t next = -1;
+            float best = -INFINITY;
+            const size_t words = std::min(mask.size(), (logits.size() + 63) / 64);
+            for (size_t wd = 0; wd < words; ++wd) {
+              for (uint64_t bits = mask[wd]; bits != 0; bits &= bits - 1) {
+                const size_t id = wd * 64 + static_cast<size_t>(std::countr_zero(bits));
+                if (id < logits.size() && (next < 0 || logits[id] > best)) {
+                  best = logits[id];
+                  next = static_cast<int32_t>(id);
+                }
+              }
+            }
+            if (n_allowed == 1) ++n_forced;
+            POCKET_RETURN_IF_ERROR(constraint->Accept(next));
+            if (constraint->Complete() && constraint->AllowedMask(&mask) == 0) {
+              ++n_outputs;
+              constraint->Reset();
+            }
+            constraint_us += mw.elapsed_us();
+            POCKET_RETURN_IF_ERROR(session->Append(std::span<const int32_t>(&next, 1)));
+          }
+          const double ctg_s = w.elapsed_s();
+          if (run > 0) {
+            ctg.push_back(config.n_gen / ctg_s);
+            mask_us.push_back(static_cast<double>(constraint_us) / config.n_gen);
+            forced.push_back(static_cast<double>(n_forced) / config.n_gen);
+            outputs.push_back(n_outputs);
+          }
+        }
         if (run == 0) continue;
         pp.push_back(config.n_prompt / pp_s);
         tg.push_back(config.n_gen / tg_s);
-        cpu.push_back(ProcessCpuSeconds() - cpu0);
+        cpu.push_back(run_cpu);
+      }
+      if (constraint != nullptr) {
+        r.constrained_decode_tokens_per_s = Summarize(ctg);
+        r.mask_us_per_token = Summarize(mask_us);
+        r.forced_token_fraction = Summarize(forced).median;
+        r.constrained_outputs = static_cast<int32_t>(Summarize(outputs).median);
       }
       r.prefill_tokens_per_s = Summarize(pp);
       r.decode_tokens_per_s = Summarize(tg);
       r.cpu_seconds = Summarize(cpu).median;
+      if (constraint != nullptr && r.decode_tokens_per_s.median > 0) {
+        r.constrained_decode_ratio =
+            r.constrained_decode_tokens_per_s.median / r.decode_tokens_per_s.median;
+      }
       const ProcessMemory after = ReadProcessMemory();
       r.peak_rss_increase_bytes =
           static_cast<int64_t>(after.peak_rss_bytes) - static_cast<int64_t>(before.rss_bytes);
@@ -206,6 +274,25 @@ std::string BenchMarkdownRow(const BenchResult& r) {
   return buf;
 }
 
+std::string ConstrainedMarkdownHeader() {
+  return "| model | threads | tg t/s | constrained tg t/s | ratio | mask us/token (max) | forced "
+         "| outputs |\n|---|---|---|---|---|---|---|---|\n";
+}
+
+std::string ConstrainedMarkdownRow(const BenchResult& r) {
+  char buf[512];
+  const size_t slash = r.model.find_last_of('/');
+  const std::string name = slash == std::string::npos ? r.model : r.model.substr(slash + 1);
+  std::snprintf(buf, sizeof buf,
+                "| %s | %d | %.1f | %.1f (%.1f-%.1f) | %.0f%% | %.1f (%.1f) | %.0f%% | %d |\n",
+                name.c_str(), r.threads, r.decode_tokens_per_s.median,
+                r.constrained_decode_tokens_per_s.median, r.constrained_decode_tokens_per_s.min,
+                r.constrained_decode_tokens_per_s.max, 100.0 * r.constrained_decode_ratio,
+                r.mask_us_per_token.median, r.mask_us_per_token.max,
+                100.0 * r.forced_token_fraction, r.constrained_outputs);
+  return buf;
+}
+
 std::string BenchJson(const BenchResult& r) {
   std::string model;
   for (char ch : r.model) {
@@ -236,7 +323,24 @@ std::string BenchJson(const BenchResult& r) {
       static_cast<unsigned long long>(r.session_bytes), r.memory_bandwidth_gbps,
       r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
       r.int8_peak_gmacs, r.prefill_macs_per_token, r.prefill_compute_fraction);
-  return buf;
+  std::string out = buf;
+  if (r.constrained) {
+    out.pop_back();  // the closing brace
+    char more[512];
+    std::snprintf(
+        more, sizeof more,
+        ", \"constrained_decode_tokens_per_s\": %.3f, "
+        "\"constrained_decode_tokens_per_s_min\": %.3f, "
+        "\"constrained_decode_tokens_per_s_max\": %.3f, \"constrained_decode_ratio\": %.4f, "
+        "\"mask_us_per_token\": %.2f, \"mask_us_per_token_max\": %.2f, "
+        "\"forced_token_fraction\": %.4f, \"constrained_outputs\": %d}",
+        r.constrained_decode_tokens_per_s.median, r.constrained_decode_tokens_per_s.min,
+        r.constrained_decode_tokens_per_s.max, r.constrained_decode_ratio,
+        r.mask_us_per_token.median, r.mask_us_per_token.max, r.forced_token_fraction,
+        r.constrained_outputs);
+    out += more;
+  }
+  return out;
 }
 
 }  // namespace pocket

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "generate/constraint.h"
 #include "kernels/kernel_table.h"
 
 namespace pocket {
@@ -26,6 +27,10 @@ struct BenchConfig {
   bool measure_ceilings = true;
   size_t bandwidth_buffer_bytes = size_t{1} << 30;   // larger than any cache
   std::function<void(const std::string&)> progress;  // one line per step (stderr in the CLI)
+  // When set (a JSON schema, grammar, regex or choices), each run also decodes n_gen tokens under
+  // this constraint from the same prompt (greedy over the allowed tokens; a complete output
+  // starts the constraint over, as in a JSONL stream), reported next to the free decode.
+  ConstraintSpec constraint;
 };
 
 struct Stat {
@@ -54,12 +59,22 @@ struct BenchResult {
   double int8_peak_gmacs = 0;
   double prefill_macs_per_token = 0;
   double prefill_compute_fraction = 0;
+  // With a constraint (zero otherwise).
+  bool constrained = false;
+  Stat constrained_decode_tokens_per_s;
+  double constrained_decode_ratio = 0;  // median constrained / median free decode
+  Stat mask_us_per_token;               // mask + accept time per decoded token
+  double forced_token_fraction = 0;     // tokens that were the only continuation
+  int32_t constrained_outputs = 0;      // complete outputs in the median run
 };
 
 StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config);
 
 std::string BenchMarkdownHeader();
 std::string BenchMarkdownRow(const BenchResult& r);
+// The constrained decode table (when BenchConfig::constraint was set).
+std::string ConstrainedMarkdownHeader();
+std::string ConstrainedMarkdownRow(const BenchResult& r);
 std::string BenchJson(const BenchResult& r);
 
 }  // namespace pocket

@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <thread>
 
@@ -58,7 +59,8 @@ Session::Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch 
       scratch_(std::move(scratch)),
       pool_(std::make_unique<ThreadPool>(n_threads)),
       n_batch_(n_batch),
-      logits_(static_cast<size_t>(model_->config().vocab_size)) {
+      logits_(static_cast<size_t>(model_->config().vocab_size)),
+      hidden_(static_cast<size_t>(model_->config().d_model)) {
   history_.reserve(static_cast<size_t>(kv_.n_ctx()));
 }
 
@@ -165,20 +167,36 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
     }
     int32_t token;
     if (constraint != nullptr) {
-      const std::vector<int32_t>& allowed = constraint->Allowed();
+      const Stopwatch mask_watch;
+      const size_t n_allowed = constraint->AllowedMask(&mask_bits_);
       const bool complete = constraint->Complete();
-      if (allowed.empty()) {
+      result.constraint_us += mask_watch.elapsed_us();
+      ++result.n_masks;
+      if (n_allowed == 0) {
+        POCKET_RETURN_IF_ERROR(constraint->error());
         if (!complete) return InternalError("the constraint allows no token and is not complete");
         result.stop_reason = StopReason::kEos;  // nothing can extend a complete output
         break;
       }
-      if (allowed.size() == 1 && !complete) {
-        token = allowed[0];  // jump-forward: the only continuation, no sampling
+      const size_t n_words = std::min(mask_bits_.size(), (logits_.size() + 63) / 64);
+      if (n_allowed == 1 && !complete) {
+        // Jump-forward: the only continuation, no sampling.
+        token = -1;
+        for (size_t w = 0; w < n_words && token < 0; ++w) {
+          if (mask_bits_[w] != 0)
+            token =
+                static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(mask_bits_[w])));
+        }
+        ++result.n_forced_tokens;
       } else {
         // Mask: the allowed tokens (and, when complete, the stop tokens) keep their logits.
         masked_.assign(logits_.size(), -INFINITY);
-        for (int32_t id : allowed)
-          masked_[static_cast<size_t>(id)] = logits_[static_cast<size_t>(id)];
+        for (size_t w = 0; w < n_words; ++w) {
+          for (uint64_t bits = mask_bits_[w]; bits != 0; bits &= bits - 1) {
+            const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+            if (id < logits_.size()) masked_[id] = logits_[id];
+          }
+        }
         if (complete) {
           for (int32_t id : stop_ids)
             masked_[static_cast<size_t>(id)] = logits_[static_cast<size_t>(id)];
@@ -192,7 +210,11 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
       result.stop_reason = StopReason::kEos;
       break;
     }
-    if (constraint != nullptr) POCKET_RETURN_IF_ERROR(constraint->Accept(token));
+    if (constraint != nullptr) {
+      const Stopwatch accept_watch;
+      POCKET_RETURN_IF_ERROR(constraint->Accept(token));
+      result.constraint_us += accept_watch.elapsed_us();
+    }
     result.tokens.push_back(token);
     if (tok != nullptr) {
       std::string piece;
@@ -356,6 +378,68 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
   logits_ = first;
   logits_at_ = prompt.size();
   return Rank(std::move(scores));
+}
+
+StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> prompt) {
+  const ClassifierHead& head = model_->classifier();
+  if (!head.present()) {
+    return FailedPreconditionError(
+        model_->source().path(), " has no classification head (tensor ", kClassifierTensor,
+        " with its labels); add one with pocket convert --classifier-head FILE "
+        "--classifier-labels a,b,c, or score --candidates");
+  }
+  if (prompt.empty()) {
+    return InvalidArgumentError("classification needs a prompt of at least one token");
+  }
+  if (prompt.size() > static_cast<size_t>(kv_.n_ctx())) {
+    return OutOfRangeError("the prompt is ", prompt.size(), " tokens, longer than the context of ",
+                           kv_.n_ctx(), " tokens");
+  }
+  // Keep the KV rows of the common prefix, but evaluate at least the last token: its hidden state
+  // is not kept between calls.
+  size_t common = 0;
+  while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) {
+    ++common;
+  }
+  common = std::min(common, prompt.size() - 1);
+  history_.resize(common);
+  logits_at_ = 0;  // no logits are computed: last_logits() belong to no context now
+  const std::span<const int32_t> rest = prompt.subspan(common);
+  for (size_t done = 0; done < rest.size();) {
+    if (cancelled()) return CancelledError("cancelled during prefill after ", done, " tokens");
+    const size_t n = std::min(rest.size() - done, static_cast<size_t>(n_batch_));
+    const int32_t pos = static_cast<int32_t>(history_.size());
+    const std::span<const int32_t> chunk = rest.subspan(done, n);
+    // Earlier chunks only fill the KV cache; the last one also yields the hidden state.
+    const Status s = done + n == rest.size()
+                         ? PrefillHidden(*model_, kv_, scratch_, *pool_, chunk, pos, hidden_.data())
+                         : Prefill(*model_, kv_, scratch_, *pool_, chunk, pos, false, nullptr);
+    if (!s.ok()) return s;
+    history_.insert(history_.end(), chunk.begin(), chunk.end());
+    done += n;
+  }
+  const size_t d = static_cast<size_t>(head.d_model);
+  std::vector<LabelScore> scores(head.labels.size());
+  double best = -INFINITY;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const float* row = head.weight.data() + i * d;
+    double logit = 0.0;
+    for (size_t j = 0; j < d; ++j) logit += static_cast<double>(row[j]) * hidden_[j];
+    scores[i].index = static_cast<int32_t>(i);
+    scores[i].label = head.labels[i];
+    scores[i].logit = logit;
+    best = std::max(best, logit);
+  }
+  double z = 0.0;
+  for (const LabelScore& s : scores) z += std::exp(s.logit - best);
+  const double log_z = best + std::log(z);
+  for (LabelScore& s : scores) {
+    s.logprob = s.logit - log_z;
+    s.probability = std::exp(s.logprob);
+  }
+  std::stable_sort(scores.begin(), scores.end(),
+                   [](const LabelScore& a, const LabelScore& b) { return a.logit > b.logit; });
+  return scores;
 }
 
 }  // namespace pocket

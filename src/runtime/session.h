@@ -61,6 +61,11 @@ struct GenerateResult {
   int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
   int64_t prefill_us = 0;
   int64_t decode_us = 0;
+  // With a constraint: time spent computing masks and accepting tokens (part of decode_us), the
+  // masks computed, and the tokens emitted without sampling (the only continuation).
+  int64_t constraint_us = 0;
+  int32_t n_masks = 0;
+  int32_t n_forced_tokens = 0;
 };
 
 // One candidate continuation scored by Session::Score.
@@ -70,6 +75,15 @@ struct CandidateScore {
   std::vector<double> token_logprobs;  // log p(tokens[j] | prompt, tokens[0..j))
   double logprob = 0.0;                // their sum
   double probability = 0.0;            // exp(logprob), normalized over the candidates
+};
+
+// One label of the model's classification head, scored by Session::Classify.
+struct LabelScore {
+  int32_t index = 0;         // the head's row: model().classifier().labels[index]
+  std::string label;         // that label
+  double logit = 0.0;        // head row . final-norm hidden state of the prompt's last token
+  double logprob = 0.0;      // log-softmax over the labels
+  double probability = 0.0;  // exp(logprob); the labels' probabilities sum to 1
 };
 
 // Receives each piece of generated text (whole UTF-8 characters); return false to stop.
@@ -119,6 +133,14 @@ class Session {
   StatusOr<std::vector<CandidateScore>> ScoreSeparately(
       std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates);
 
+  // The classification-head form of scoring: the labels of the model's head (Model::classifier())
+  // for `prompt`, best first. One forward pass over the prompt (KV rows of a prefix shared with
+  // the history are reused, the last token is always evaluated, the vocabulary projection is
+  // skipped); the head [n_labels, d_model] times the final-norm hidden state of the last prompt
+  // token gives the label logits (accumulated in double), then a log-softmax over the labels. The
+  // context becomes the prompt. FailedPrecondition when the model has no head.
+  StatusOr<std::vector<LabelScore>> Classify(std::span<const int32_t> prompt);
+
   // Thread-safe: stops a running Generate within one token (or one prefill chunk).
   void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
   // Forgets the context.
@@ -139,10 +161,11 @@ class Session {
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;
-  size_t logits_at_ = 0;  // the history length logits_ belong to (0: none)
-  std::vector<float> score_logits_;
-  std::vector<float>
-      masked_;  // constrained logits (reused)  // [batch, vocab] logits of the last Score call
+  size_t logits_at_ = 0;             // the history length logits_ belong to (0: none)
+  std::vector<float> score_logits_;  // [batch, vocab] logits of the last Score call
+  std::vector<float> hidden_;        // [d_model] final-norm hidden state read by Classify
+  std::vector<float> masked_;        // constrained logits (reused)
+  std::vector<uint64_t> mask_bits_;  // the constraint's allowed tokens (reused)
   std::atomic<bool> cancel_{false};
 };
 

@@ -1,6 +1,7 @@
 /* Uses only the installed header <pocket/pocket.h> and libpocket: load a model, tokenize and
- * detokenize, generate with a streaming callback, cancel from the callback, report errors.
- * Usage: capi_test MODEL TOKENIZER */
+ * detokenize, generate with a streaming callback, cancel from the callback, report errors, score
+ * candidates; with HEAD_MODEL (a .pocket with a classification head), classify.
+ * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL] */
 #include <pocket/pocket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static bool collect(const char* text, size_t len, void* user) {
 }
 
 int main(int argc, char** argv) {
-  CHECK(argc == 3, "usage: capi_test MODEL TOKENIZER");
+  CHECK(argc == 3 || argc == 4, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL]");
   pocket_error err;
   printf("pocket %s\n", pocket_version());
 
@@ -137,6 +138,40 @@ int main(int argc, char** argv) {
   st = pocket_generate(session, text, &gp, NULL, NULL, NULL, &err);
   CHECK(st == POCKET_ERR_RESOURCE_EXHAUSTED, "a budget that cuts a choice gave %d", (int)st);
 
+  /* A JSON Schema with a span field: the output is such an object, its "who" copied from the
+   * source; the constraint's cost is reported. */
+  gp = pocket_generate_default_params();
+  gp.temperature = 1.0f;
+  gp.max_tokens = 64;
+  gp.json_schema =
+      "{\"type\":\"object\",\"properties\":{\"who\":{\"type\":\"string\","
+      "\"x-pocket-span\":true},\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":9}},"
+      "\"required\":[\"who\",\"n\"],\"additionalProperties\":false}";
+  gp.span_source = "Tim and Lily";
+  for (int seed = 0; seed < 5; ++seed) {
+    Collected cc;
+    memset(&cc, 0, sizeof(cc));
+    gp.seed = (uint64_t)seed;
+    st = pocket_generate(session, text, &gp, collect, &cc, &r, &err);
+    if (st == POCKET_ERR_RESOURCE_EXHAUSTED) continue; /* the budget ran out: reported, fine */
+    CHECK(st == POCKET_OK, "schema-constrained generate: %s", err.message);
+    CHECK(
+        cc.text[0] == '{' && strstr(cc.text, "\"who\"") != NULL && strstr(cc.text, "\"n\"") != NULL,
+        "schema output '%s'", cc.text);
+    CHECK(r.constraint_ms >= 0.0 && r.constraint_ms <= r.decode_ms, "constraint_ms %f",
+          r.constraint_ms);
+  }
+  gp.json_schema = "{\"type\":\"object\",\"not\":{}}";
+  st = pocket_generate(session, text, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "\"not\"") != NULL,
+        "an unsupported keyword gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  gp.json_schema = NULL;
+  gp.grammar = "root ::= \" \" [a-z]+ \".\"";
+  gp.span_source = NULL;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK || st == POCKET_ERR_RESOURCE_EXHAUSTED, "grammar: %s", err.message);
+
   /* Candidates scored in one pass, best first, probabilities summing to one. */
   pocket_candidate_score scores[3];
   st = pocket_score(session, text, choices, 3, scores, &err);
@@ -147,9 +182,45 @@ int main(int argc, char** argv) {
   CHECK(total > 0.999 && total < 1.001, "probabilities sum to %f", total);
   printf("best candidate: '%s' (logprob %.3f)\n", choices[scores[0].index], scores[0].logprob);
 
+  /* No classification head: no labels, and classify says so. */
+  CHECK(pocket_model_n_labels(model) == 0, "labels on a model without a head");
+  CHECK(pocket_model_label(model, 0) == NULL, "a label on a model without a head");
+  pocket_label_score labels[8];
+  size_t n_labels = 99;
+  st = pocket_classify(session, text, labels, 8, &n_labels, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION && n_labels == 0, "classify without a head gave %d",
+        (int)st);
+  printf("expected error: %s\n", err.message);
+
   pocket_session_cancel(session);
   pocket_session_free(session);
   pocket_model_free(model);
+
+  if (argc == 4) {
+    /* A head [3, hidden]: its labels from one forward pass of the prompt, best first. */
+    pocket_model* head_model = NULL;
+    st = pocket_model_load(argv[3], NULL, &head_model, &err);
+    CHECK(st == POCKET_OK, "load %s: %s", argv[3], err.message);
+    CHECK(pocket_model_n_labels(head_model) == 3, "labels: %zu", pocket_model_n_labels(head_model));
+    CHECK(strcmp(pocket_model_label(head_model, 1), "sad") == 0, "label 1");
+    pocket_session* hs = NULL;
+    st = pocket_session_create(head_model, NULL, &hs, &err);
+    CHECK(st == POCKET_OK, "session: %s", err.message);
+    st = pocket_classify(hs, text, labels, 2, &n_labels, &err);
+    CHECK(st == POCKET_ERR_BUFFER_TOO_SMALL && n_labels == 3, "capacity 2 gave %d", (int)st);
+    st = pocket_classify(hs, text, labels, 8, &n_labels, &err);
+    CHECK(st == POCKET_OK && n_labels == 3, "classify: %s", err.message);
+    double sum = 0.0;
+    for (size_t i = 0; i < n_labels; ++i) {
+      CHECK(labels[i].label == pocket_model_label(head_model, labels[i].index), "label pointer");
+      CHECK(i == 0 || labels[i - 1].logit >= labels[i].logit, "labels not ranked");
+      sum += labels[i].probability;
+    }
+    CHECK(sum > 0.999999 && sum < 1.000001, "label probabilities sum to %f", sum);
+    printf("best label: '%s' (p %.3f)\n", labels[0].label, labels[0].probability);
+    pocket_session_free(hs);
+    pocket_model_free(head_model);
+  }
   printf("capi_test: OK\n");
   return 0;
 }

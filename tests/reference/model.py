@@ -98,6 +98,12 @@ class Model:
     def forward(self, ids, dtype=np.float32, last_only=False):
         """Logits [n_tokens, vocab] (or [1, vocab] with last_only) for ids at positions 0..n-1,
         computed and returned in dtype (float32 by default)."""
+        x = self.final_hidden(ids, dtype, last_only)
+        return x @ self.weights_as(dtype)["output"].T              # [n, vocab], in dtype
+
+    def final_hidden(self, ids, dtype=np.float32, last_only=False):
+        """The final-norm hidden states [n_tokens, d_model] (or [1, d_model]): what the output
+        matrix, or a classification head, multiplies."""
         c = self.config
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or ids.size == 0:
@@ -113,8 +119,7 @@ class Model:
             x = x + self.feed_forward(w, i, rms_norm(x, w[f"{i}.ffn_norm"], c.rms_eps))
         if last_only:
             x = x[-1:]
-        x = rms_norm(x, w["output_norm"], c.rms_eps)
-        return x @ w["output"].T                                    # [n, vocab], in dtype
+        return rms_norm(x, w["output_norm"], c.rms_eps)
 
     def attention(self, w, i, h, cos, sin):
         c = self.config
@@ -205,6 +210,34 @@ def apply_rope(x, cos, sin, style):
 
 
 # ----------------------------------------------------------------------------- loaders
+
+CLASSIFIER_TENSOR = "cls_head.weight"
+CLASSIFIER_LABELS = {"pocket": "classifier_labels", "gguf": "pocket.classifier.labels"}
+
+
+def load_classifier(path):
+    """The classification head of a .pocket or GGUF file (docs/format.md): (labels, weight
+    [n_labels, d_model] float32), or None when the file has none."""
+    fmt = detect_format(path)
+    if fmt == "pocket":
+        pf = pocket_io.PocketFile(path)
+        labels, has_tensor = pf.meta.get(CLASSIFIER_LABELS[fmt]), CLASSIFIER_TENSOR in pf.tensors
+        get = pf.tensor
+    elif fmt == "gguf":
+        r = gguf.GGUFReader(path)
+        labels, has_tensor = r.get(CLASSIFIER_LABELS[fmt]), CLASSIFIER_TENSOR in r.tensors
+        get = r.tensor
+    else:
+        return None
+    if labels is None and not has_tensor:
+        return None
+    if labels is None or not has_tensor:
+        raise ValueError(f"{path}: a classification head needs both {CLASSIFIER_TENSOR} and "
+                         f"{CLASSIFIER_LABELS[fmt]}")
+    w = np.asarray(get(CLASSIFIER_TENSOR), dtype=np.float32)
+    if w.ndim != 2 or w.shape[0] != len(labels):
+        raise ValueError(f"{path}: {CLASSIFIER_TENSOR} {list(w.shape)} for {len(labels)} labels")
+    return list(labels), w
 
 def detect_format(path):
     if os.path.isdir(path):

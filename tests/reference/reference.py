@@ -3,6 +3,7 @@
 
   reference.py logits   MODEL --ids 1,2,3 [--tokenizer tok512.bin] [--f64] -o out.npy
   reference.py generate MODEL --ids 1,2,3 -n N [--stop 1,2] [--tokenizer tok512.bin] [--f64]
+  reference.py classify MODEL --ids 1,2,3 [--f64]      (JSON: the classification head's labels)
   reference.py dequant  MODEL TENSOR_NAME -o out.npy
   reference.py info     MODEL
 
@@ -12,6 +13,7 @@ llama2.c .bin. For a .pocket, dequant also accepts the parts of the fused tensor
 """
 
 import argparse
+import json
 import os
 import sys
 
@@ -70,6 +72,24 @@ def cmd_generate(args):
             prev = t
         sys.stderr.buffer.write(text + b"\n")
         sys.stderr.flush()
+
+
+def cmd_classify(args):
+    """The classification head times the final-norm hidden state of the last id, log-softmax over
+    the labels (in float64): one JSON object, labels in the file's order (not ranked)."""
+    m = model_lib.load_model(args.model, args.tokenizer)
+    head = model_lib.load_classifier(args.model)
+    if head is None:
+        raise ValueError(f"{args.model}: no classification head")
+    labels, w = head
+    ids = ids_from_args(args, m)
+    dtype = np.float64 if args.f64 else np.float32
+    h = m.final_hidden(ids, dtype=dtype, last_only=True)[0].astype(np.float64)
+    logits = w.astype(np.float64) @ h
+    top = logits.max()
+    logprobs = logits - (top + np.log(np.exp(logits - top).sum()))
+    print(json.dumps({"labels": labels, "logits": logits.tolist(), "logprobs": logprobs.tolist(),
+                      "probabilities": np.exp(logprobs).tolist()}))
 
 
 def cmd_dequant(args):
@@ -176,6 +196,10 @@ def main(argv=None):
     sp.add_argument("-n", type=int, required=True, help="number of new tokens")
     sp.add_argument("--stop", type=parse_ids, help="ids that end generation (not printed)")
     sp.set_defaults(func=cmd_generate)
+
+    sp = sub.add_parser("classify", help="classification-head label scores of the last id (JSON)")
+    common(sp)
+    sp.set_defaults(func=cmd_classify)
 
     sp = sub.add_parser("dequant", help="one tensor, dequantized, float32 PyTorch order -> .npy")
     sp.add_argument("model")

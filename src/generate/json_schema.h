@@ -1,0 +1,75 @@
+// JSON Schema (a documented subset of draft 2020-12) compiled to a Grammar whose sentences are
+// JSON texts of the instances the schema accepts.
+//
+// Canonical form (CanonicalJson below): every instance has exactly one canonical text:
+//   - no whitespace;
+//   - object members in the order nlohmann::json keeps them (byte-wise sorted keys);
+//   - strings with the escaping of SpanEscaping::kJsonString: `"` as \", `\` as \\, U+0008/0009/
+//     000A/000C/000D as \b \t \n \f \r, other code points below U+0020 as \u00xx (lower-case hex),
+//     everything else as raw UTF-8;
+//   - numbers in plain decimal, never with an exponent: integers as their digits; floats as the
+//     shortest decimal that reads back as the same double, written out without an exponent
+//     (1e-7 -> 0.0000001, 1e308 -> 1 and 308 zeros); a float with an integral value is written
+//     as an integer (1.0 -> 1), zero (also -0.0) as 0.
+// The grammar accepts the canonical text of every valid instance and no text of an invalid one
+// (the conformance driver in json_schema_test.cc checks this on the official test suite). It also
+// accepts other spellings of valid values: one optional space after each `:` and `,`, object
+// members in any order, numbers with trailing fraction zeros. No other whitespace, no exponents,
+// no non-canonical string escapes (\/ or \u0041).
+//
+// Supported keywords:
+//   type (a name or an array of names: nullable types are ["T", "null"]), enum, const, boolean
+//     schemas;
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (exact decimal arithmetic);
+//   minLength, maxLength (code points), pattern (the regular-expression subset of
+//     MakeRegexConstraint, unanchored unless it starts with ^ / ends with $), format (asserted):
+//     date, time, date-time (RFC 3339; leap seconds are not accepted), email, uuid;
+//     pattern, format and lengths combine only as minLength/maxLength with a span;
+//   items (a schema or false), prefixItems, minItems, maxItems;
+//   properties, required, additionalProperties (false, true or a schema): members in any order,
+//     each declared property at most once; duplicate *additional* keys cannot be excluded;
+//   anyOf; allOf and sibling keywords next to anyOf / oneOf / $ref, merged when the schemas share
+//     no keyword (otherwise unsupported); oneOf where the branches provably match disjoint sets
+//     (different types or different const/enum values);
+//   $ref to this document ("#" and JSON pointers; recursion allowed), $defs, definitions;
+//   annotations (ignored): $schema, $id (at the root only), $comment, title, description,
+//     default, examples, deprecated, readOnly, writeOnly, contentEncoding, contentMediaType;
+//     no-ops: uniqueItems: false, minContains / maxContains without contains;
+//   spans (pocket's extension): a string schema with "x-pocket-span": true, or a string property
+//     whose name is in JsonSchemaOptions::span_fields, must be a substring of the span source
+//     (minLength / maxLength bound it).
+// Anything else is an error "unsupported JSON Schema keyword "K" at #/pointer: reason", so no
+// keyword is ever silently ignored.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "generate/grammar.h"
+
+namespace pocket {
+
+struct JsonSchemaOptions {
+  // Source text for span fields: string schemas with "x-pocket-span": true, and string
+  // properties named in `span_fields`, must be substrings of it.
+  std::string span_source;
+  bool has_span_source = false;
+  std::vector<std::string> span_fields;
+};
+
+// Compiles a schema given as JSON text. Unsupported keywords are an error naming the keyword and
+// its JSON pointer; a malformed schema is InvalidArgument.
+StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_json,
+                                                     const JsonSchemaOptions& options = {});
+
+// The canonical text of a JSON value (see above). NaN and infinities are written as null.
+std::string CanonicalJson(const nlohmann::json& value);
+
+// Every unsupported-keyword message starts with this.
+inline constexpr std::string_view kUnsupportedKeywordPrefix = "unsupported JSON Schema keyword \"";
+
+}  // namespace pocket

@@ -1,0 +1,281 @@
+// JSON Schema constraints: the conformance driver over the official test suite (draft 2020-12),
+// and unit tests of the canonical form, keywords and errors.
+#include "generate/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace pocket {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string SuiteDir() {
+  return std::string(POCKET_SHARED_DIR) + "/testdata/json-schema-test-suite/draft2020-12";
+}
+
+Json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json j = Json::parse(ss.str(), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << path;
+  return j;
+}
+
+bool Accepts(Grammar* g, const std::string& text) {
+  Recognizer r(g);
+  auto ok = r.Matches(text);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  return ok.ok() && *ok;
+}
+
+// The keyword an "unsupported" message names.
+std::string UnsupportedKeyword(const std::string& message) {
+  const size_t at = message.find(kUnsupportedKeywordPrefix);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + kUnsupportedKeywordPrefix.size();
+  return message.substr(begin, message.find('"', begin) - begin);
+}
+
+// Every test case of every file of the suite whose schema compiles: the constraint accepts
+// exactly the valid instances (their canonical text fed through the recognizer). Schemas that use
+// an unsupported keyword are counted as skipped, by keyword. format.json is left out: there
+// `format` is an annotation (the draft's default), while pocket asserts formats.
+TEST(JsonSchemaConformance, OfficialSuiteDraft2020_12) {
+  int passed = 0, failed = 0, skipped = 0, groups = 0, groups_compiled = 0;
+  std::map<std::string, int> skipped_by_keyword;
+  std::vector<std::string> failures;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(SuiteDir())) {
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GT(files.size(), 30u) << SuiteDir();
+  for (const auto& path : files) {
+    const std::string file = path.filename().string();
+    if (file == "format.json") continue;
+    const Json groups_json = ReadJson(path.string());
+    for (const Json& group : groups_json) {
+      ++groups;
+      const std::string schema_text = group["schema"].dump();
+      auto grammar = CompileJsonSchema(schema_text);
+      if (!grammar.ok()) {
+        const std::string keyword = UnsupportedKeyword(grammar.status().message());
+        if (getenv("POCKET_CONFORMANCE_VERBOSE") != nullptr)
+          std::printf("[ conformance ] skip %s / %s: %s\n", file.c_str(),
+                      group["description"].get<std::string>().c_str(),
+                      grammar.status().message().c_str());
+        // Anything but "unsupported" (a crash, a malformed-schema error on a valid schema) fails.
+        if (keyword.empty()) {
+          ++failed;
+          failures.push_back(file + " / " + group["description"].get<std::string>() +
+                             ": does not compile: " + grammar.status().ToString());
+          continue;
+        }
+        skipped += static_cast<int>(group["tests"].size());
+        skipped_by_keyword[keyword] += static_cast<int>(group["tests"].size());
+        continue;
+      }
+      ++groups_compiled;
+      for (const Json& t : group["tests"]) {
+        const std::string text = CanonicalJson(t["data"]);
+        const bool want = t["valid"].get<bool>();
+        const bool got = Accepts(grammar->get(), text);
+        if (got == want) {
+          ++passed;
+        } else {
+          ++failed;
+          failures.push_back(file + " / " + group["description"].get<std::string>() + " / " +
+                             t["description"].get<std::string>() + ": " + text + " should be " +
+                             (want ? "valid" : "invalid"));
+        }
+      }
+    }
+  }
+  std::printf(
+      "[ conformance ] draft2020-12: %d test cases pass, %d fail, %d skipped (%d of %d "
+      "schemas compiled; format.json left out: format asserted here)\n",
+      passed, failed, skipped, groups_compiled, groups);
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [k, n] : skipped_by_keyword) by_count.emplace_back(n, k);
+  std::sort(by_count.rbegin(), by_count.rend());
+  std::string line = "[ conformance ] skipped by keyword:";
+  for (const auto& [n, k] : by_count) line += " " + k + " " + std::to_string(n) + ",";
+  std::printf("%s\n", line.c_str());
+  for (const std::string& f : failures) std::printf("[ conformance ] FAIL %s\n", f.c_str());
+  EXPECT_EQ(failed, 0);
+  EXPECT_GT(passed, 450);  // not vacuous: most of the suite's supported cases
+}
+
+// The formats pocket asserts, on the suite's optional format tests: every string the constraint
+// accepts is valid (soundness); valid strings it rejects are counted (leap seconds, rare forms).
+TEST(JsonSchemaConformance, OptionalFormatsAreSound) {
+  for (const char* name : {"date", "time", "date-time", "email", "uuid"}) {
+    const Json groups = ReadJson(SuiteDir() + "/optional/format/" + name + ".json");
+    int accepted_valid = 0, rejected_valid = 0, rejected_invalid = 0;
+    for (const Json& group : groups) {
+      auto grammar = CompileJsonSchema(group["schema"].dump());
+      ASSERT_TRUE(grammar.ok()) << name << ": " << grammar.status().ToString();
+      for (const Json& t : group["tests"]) {
+        if (!t["data"].is_string()) continue;
+        const bool want = t["valid"].get<bool>();
+        const bool got = Accepts(grammar->get(), CanonicalJson(t["data"]));
+        EXPECT_FALSE(got && !want) << name << ": accepted invalid " << t["data"].dump() << " ("
+                                   << t["description"].get<std::string>() << ")";
+        accepted_valid += got && want;
+        rejected_valid += !got && want;
+        rejected_invalid += !got && !want;
+      }
+    }
+    std::printf(
+        "[ conformance ] format %s: %d valid accepted, %d valid rejected, %d invalid "
+        "rejected, 0 invalid accepted\n",
+        name, accepted_valid, rejected_valid, rejected_invalid);
+  }
+}
+
+TEST(CanonicalJson, Forms) {
+  EXPECT_EQ(CanonicalJson(Json::parse(R"({"b": [1, 2.5, -0.0, 1.0], "a": "x\"\n\u0001é"})")),
+            "{\"a\":\"x\\\"\\n\\u0001é\",\"b\":[1,2.5,0,1]}");
+  EXPECT_EQ(CanonicalJson(Json::parse("1e-7")), "0.0000001");
+  EXPECT_EQ(CanonicalJson(Json::parse("1e308")), "1" + std::string(308, '0'));
+  EXPECT_EQ(CanonicalJson(Json::parse("18446744073709551615")), "18446744073709551615");
+  EXPECT_EQ(CanonicalJson(Json::parse("-12.50")), "-12.5");
+  EXPECT_EQ(CanonicalJson(Json::parse("[true,false,null]")), "[true,false,null]");
+}
+
+std::unique_ptr<Grammar> Compile(const std::string& schema, const JsonSchemaOptions& o = {}) {
+  auto g = CompileJsonSchema(schema, o);
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status().ToString();
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+TEST(JsonSchema, ObjectsAnyOrderEachOnceRequiredSpaces) {
+  auto g = Compile(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+                      "required":["a"],"additionalProperties":false})");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(Accepts(g.get(), R"({"a":1})"));
+  EXPECT_TRUE(Accepts(g.get(), R"({"a": 1, "b": "x"})"));
+  EXPECT_TRUE(Accepts(g.get(), R"({"b":"x","a":-3})"));
+  EXPECT_FALSE(Accepts(g.get(), R"({"b":"x"})"));          // a is required
+  EXPECT_FALSE(Accepts(g.get(), R"({"a":1,"a":2})"));      // at most once
+  EXPECT_FALSE(Accepts(g.get(), R"({"a":1,"c":2})"));      // no additional
+  EXPECT_FALSE(Accepts(g.get(), R"({"a":1.5})"));          // integer
+  EXPECT_FALSE(Accepts(g.get(), R"({ "a":1})"));           // no other whitespace
+  EXPECT_FALSE(Accepts(g.get(), R"({"a":1,  "b":"x"})"));  // one space at most
+}
+
+TEST(JsonSchema, AdditionalPropertiesSchemaAndKeysThatAreNotDeclared) {
+  auto g =
+      Compile(R"({"properties":{"ab":{"type":"null"}},"additionalProperties":{"type":"boolean"}})");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(Accepts(g.get(), R"({"ab":null,"a":true,"abc":false,"":true})"));
+  EXPECT_FALSE(Accepts(g.get(), R"({"ab":true})"));   // declared: its own schema
+  EXPECT_FALSE(Accepts(g.get(), R"({"abc":null})"));  // additional: boolean
+  EXPECT_TRUE(Accepts(g.get(), "1"));                 // no type: any non-object too
+}
+
+TEST(JsonSchema, ArraysPrefixItemsBounds) {
+  auto g = Compile(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
+                      "items":{"type":"boolean"},"minItems":1,"maxItems":4})");
+  ASSERT_TRUE(g);
+  EXPECT_FALSE(Accepts(g.get(), "[]"));
+  EXPECT_TRUE(Accepts(g.get(), R"(["a"])"));
+  EXPECT_TRUE(Accepts(g.get(), R"(["a", 2, true, false])"));
+  EXPECT_FALSE(Accepts(g.get(), R"(["a",2,true,false,true])"));
+  EXPECT_FALSE(Accepts(g.get(), R"([1])"));
+  EXPECT_FALSE(Accepts(g.get(), R"(["a",2,3])"));
+  auto none = Compile(R"({"prefixItems":[{}],"items":false})");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(Accepts(none.get(), "[1]"));
+  EXPECT_FALSE(Accepts(none.get(), "[1,2]"));
+}
+
+TEST(JsonSchema, StringsLengthsPatternsFormats) {
+  auto len = Compile(R"({"type":"string","minLength":2,"maxLength":3})");
+  EXPECT_FALSE(Accepts(len.get(), R"("a")"));
+  EXPECT_TRUE(Accepts(len.get(), R"("中文")"));
+  EXPECT_TRUE(Accepts(len.get(), R"("a\nb")"));
+  EXPECT_FALSE(Accepts(len.get(), R"("abcd")"));
+  auto pat = Compile(R"({"type":"string","pattern":"[0-9]{3}"})");
+  EXPECT_TRUE(Accepts(pat.get(), R"("ab123cd")"));  // unanchored
+  EXPECT_FALSE(Accepts(pat.get(), R"("ab12cd")"));
+  auto anchored = Compile(R"({"type":"string","pattern":"^[a-z]+$"})");
+  EXPECT_TRUE(Accepts(anchored.get(), R"("abc")"));
+  EXPECT_FALSE(Accepts(anchored.get(), R"("abc1")"));
+  auto date = Compile(R"({"type":"string","format":"date"})");
+  EXPECT_TRUE(Accepts(date.get(), R"("2024-02-29")"));
+  EXPECT_FALSE(Accepts(date.get(), R"("2023-02-29")"));
+  EXPECT_FALSE(Accepts(date.get(), R"("2023-04-31")"));
+  auto uuid = Compile(R"({"type":"string","format":"uuid"})");
+  EXPECT_TRUE(Accepts(uuid.get(), R"("2eb8aa08-aa98-11ea-b4aa-73b441d16380")"));
+  EXPECT_FALSE(Accepts(uuid.get(), R"("2eb8aa08-aa98-11ea-b4aa-73b441d1638")"));
+}
+
+TEST(JsonSchema, EnumsConstsNullableAnyOfOneOfRefs) {
+  auto e = Compile(R"({"type":"string","enum":["a","b",1,null]})");
+  EXPECT_TRUE(Accepts(e.get(), R"("a")"));
+  EXPECT_FALSE(Accepts(e.get(), "1"));  // filtered out by the type
+  auto n = Compile(R"({"type":["string","null"],"maxLength":1})");
+  EXPECT_TRUE(Accepts(n.get(), "null"));
+  EXPECT_TRUE(Accepts(n.get(), R"("x")"));
+  EXPECT_FALSE(Accepts(n.get(), R"("xy")"));
+  auto one = Compile(R"({"oneOf":[{"type":"string"},{"type":"integer","minimum":3}]})");
+  EXPECT_TRUE(Accepts(one.get(), "4"));
+  EXPECT_FALSE(Accepts(one.get(), "2"));
+  auto rec =
+      Compile(R"({"$defs":{"node":{"type":"object","properties":{"next":{"$ref":"#/$defs/node"},
+                          "v":{"const":1}},"additionalProperties":false}},"$ref":"#/$defs/node"})");
+  EXPECT_TRUE(Accepts(rec.get(), R"({"v":1,"next":{"next":{}}})"));
+  EXPECT_FALSE(Accepts(rec.get(), R"({"next":{"v":2}})"));
+}
+
+TEST(JsonSchema, Spans) {
+  JsonSchemaOptions o;
+  o.span_source = "Battery \"lasts\" long";
+  o.has_span_source = true;
+  o.span_fields = {"opinion"};
+  auto g =
+      Compile(R"({"type":"object","properties":{"aspect":{"type":"string","x-pocket-span":true},
+                      "opinion":{"type":"string"}},"required":["aspect","opinion"],
+                      "additionalProperties":false})",
+              o);
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(Accepts(g.get(), R"({"aspect":"Battery","opinion":"\"lasts\" long"})"));
+  EXPECT_TRUE(Accepts(g.get(), R"({"aspect":"","opinion":"s"})"));
+  EXPECT_FALSE(Accepts(g.get(), R"({"aspect":"battery","opinion":"long"})"));
+  EXPECT_FALSE(Accepts(g.get(), R"({"aspect":"Battery","opinion":"lasts long"})"));
+  auto no_source = CompileJsonSchema(R"({"type":"string","x-pocket-span":true})");
+  ASSERT_FALSE(no_source.ok());
+  EXPECT_NE(no_source.status().message().find("span source"), std::string::npos);
+}
+
+TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
+  auto bad = CompileJsonSchema(R"({"properties":{"a":{"uniqueItems":true,"type":"array"}}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(UnsupportedKeyword(bad.status().message()), "uniqueItems") << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("#/properties/a"), std::string::npos);
+  auto unknown = CompileJsonSchema(R"({"type":"object","frobnicate":1})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(UnsupportedKeyword(unknown.status().message()), "frobnicate");
+  EXPECT_FALSE(CompileJsonSchema("{not json").ok());
+  auto missing = CompileJsonSchema(R"({"$ref":"#/$defs/nope"})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("points nowhere"), std::string::npos);
+  auto overlap = CompileJsonSchema(R"({"oneOf":[{"type":"integer"},{"minimum":2}]})");
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_EQ(UnsupportedKeyword(overlap.status().message()), "oneOf");
+  auto fmt = CompileJsonSchema(R"({"format":"ipv4"})");
+  ASSERT_FALSE(fmt.ok());
+  EXPECT_EQ(UnsupportedKeyword(fmt.status().message()), "format");
+}
+
+}  // namespace
+}  // namespace pocket
