@@ -5,10 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <random>
 #include <regex>
 #include <set>
+
+#include "base/str.h"
 
 namespace pocket {
 namespace {
@@ -164,7 +165,8 @@ bool Accepts(Grammar* g, std::string_view text) {
   return ok.ok() && *ok;
 }
 
-constexpr std::string_view kAlphabet = "0123456789.-";
+// The dot first: completion searches then prefer fractions, whose intervals narrow.
+constexpr std::string_view kAlphabet = ".0123456789-";
 
 // Whether some completion of `prefix` within `depth` more characters is a whole number: a depth
 // first search over the characters the recognizer allows, at most `*budget` nodes.
@@ -297,6 +299,102 @@ TEST(JsonNumber, NoDeadEnds) {
     ASSERT_NE(g, nullptr);
     RandomWalks(g.get(), s.name, 25, 40, 40);
   }
+}
+
+// The prefixes the rule allows, up to `len` characters (breadth first over Probe).
+std::set<std::string> AllowedPrefixes(Grammar* g, size_t len) {
+  std::set<std::string> out;
+  std::vector<std::string> frontier = {""};
+  for (size_t n = 0; n < len; ++n) {
+    std::vector<std::string> next;
+    for (const std::string& p : frontier) {
+      Recognizer r(g);
+      EXPECT_TRUE(*r.Feed(p));
+      for (char c : kAlphabet) {
+        if (*r.Probe(std::string(1, c))) next.push_back(p + c);
+      }
+    }
+    out.insert(next.begin(), next.end());
+    frontier = std::move(next);
+  }
+  return out;
+}
+
+// With a step (multipleOf or integer) and both ends bounded the values are finitely many, so the
+// exact set of short prefixes is known: the rule must allow precisely those (no prefix that
+// cannot finish, none missing).
+void CheckExactPrefixes(const Spec& s, const std::string& name) {
+  constexpr size_t kLen = 6;
+  const int64_t step = s.mult ? *Scaled(s.mult) : kScale;
+  std::set<std::string> want;
+  const int64_t lo = *Scaled(s.min ? s.min : s.xmin), hi = *Scaled(s.max ? s.max : s.xmax);
+  for (int64_t k = lo / step - 2; k <= hi / step + 2; ++k) {
+    std::string t = Canonical(k * step);
+    if (!Oracle(s, t)) continue;
+    if (!s.integer) {  // trailing zeros are allowed: "3.000", "1.500"
+      if (t.find('.') == std::string::npos) t += '.';
+      t.resize(std::max(t.size(), kLen), '0');
+    }
+    for (size_t n = 1; n <= std::min(kLen, t.size()); ++n) want.insert(t.substr(0, n));
+    if (k == 0) {  // "-0" is zero too
+      for (size_t n = 1; n <= std::min(kLen, t.size() + 1); ++n)
+        want.insert(("-" + t).substr(0, n));
+    }
+  }
+  auto g = MakeGrammar(ToBounds(s));
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(AllowedPrefixes(g.get(), kLen), want) << name;
+}
+
+TEST(JsonNumber, ExactPrefixesOfFiniteSets) {
+  int checked = 0;
+  for (const Spec& s : kSpecs) {
+    if (!(s.min || s.xmin) || !(s.max || s.xmax) || !(s.mult || s.integer)) continue;
+    CheckExactPrefixes(s, s.name);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+  // Random combinations.
+  const char* values[] = {"-30", "-12.5", "-7",  "-3.25", "-1", "-0.5", "-0.001",
+                          "0",   "0.001", "0.3", "0.5",   "1",  "1.75", "2",
+                          "3",   "7.5",   "10",  "11",    "25"};
+  const char* steps[] = {"2",           "0.5", "0.01", "0.0001", "1.5",
+                         "0.123456789", "3",   "0.25", "7",      "0.3"};
+  std::mt19937 rng(7);
+  auto pick = [&] { return values[rng() % std::size(values)]; };
+  for (int i = 0; i < 150; ++i) {
+    Spec s{"random", rng() % 3 == 0, nullptr, nullptr, nullptr, nullptr, nullptr};
+    (rng() % 2 ? s.min : s.xmin) = pick();
+    (rng() % 2 ? s.max : s.xmax) = pick();
+    if (!s.integer || rng() % 2) s.mult = steps[rng() % std::size(steps)];
+    CheckExactPrefixes(
+        s, StrCat("integer=", s.integer, " min=", s.min ? s.min : "-",
+                  " xmin=", s.xmin ? s.xmin : "-", " max=", s.max ? s.max : "-",
+                  " xmax=", s.xmax ? s.xmax : "-", " multipleOf=", s.mult ? s.mult : "-"));
+  }
+}
+
+TEST(JsonNumber, IntegerWithLargeStep) {
+  // Integers that are multiples of 0.123456789 are the multiples of 123456789; here negative.
+  NumberBounds b;
+  b.integer = true;
+  b.multiple_of = "0.123456789";
+  b.maximum = "1.75";
+  b.exclusive_maximum = "0";
+  auto g = MakeGrammar(b);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Accepts(g.get(), "-123456789"));
+  EXPECT_TRUE(Accepts(g.get(), "-246913578"));
+  EXPECT_FALSE(Accepts(g.get(), "-12345678"));
+  EXPECT_FALSE(Accepts(g.get(), "0"));
+  EXPECT_FALSE(Accepts(g.get(), "123456789"));
+  // Exactly the prefixes (up to five characters) of some multiple: none is a dead end.
+  std::set<std::string> want;
+  for (int64_t k = 1; k <= 200000; ++k) {
+    std::string t = std::to_string(-k * 123456789);
+    for (size_t n = 1; n <= 5; ++n) want.insert(t.substr(0, n));
+  }
+  EXPECT_EQ(AllowedPrefixes(g.get(), 5), want);
 }
 
 TEST(JsonNumber, LargeIntegers) {
