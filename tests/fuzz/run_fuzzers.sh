@@ -6,7 +6,9 @@ work="$build_dir/fuzz-work"
 mkdir -p "$work/seeds"
 "$build_dir/bin/make_seeds" "$work/seeds"
 status=0
-for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz; do
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+shared="${POCKET_SHARED_DIR:-$root/../shared}"
+for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz grammar_fuzz; do
   corpus="$work/corpus-$target"
   mkdir -p "$corpus"
   case "$target" in
@@ -14,6 +16,14 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz; do
     safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
     tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
     pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
+    grammar_fuzz)
+      # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
+      for f in "$shared"/testdata/gbnf/*.gbnf; do
+        { printf '\0'; cat "$f"; printf '\0{"a": [1, "x"]}\n- item\n'; } >"$corpus/$(basename "$f").seed"
+      done
+      for f in "$root"/tests/e2e/schemas/*.json; do
+        { printf '\1'; cat "$f"; printf '\0{"name":"a","age":3,"active":true}'; } >"$corpus/$(basename "$f").seed"
+      done ;;
   esac
   echo "fuzz: $target for ${seconds}s"
   if ! "$build_dir/bin/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
