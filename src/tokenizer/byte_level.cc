@@ -53,7 +53,7 @@ bool DecodeToken(std::string_view stored, std::string* bytes) {
       b = kCodePointToByte[p[i]];
       i += 1;
     } else if (p[i] >= 0xC2 && p[i] <= 0xC5 && i + 1 < n && (p[i + 1] & 0xC0) == 0x80) {
-      b = kCodePointToByte[((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu)];
+      b = CodePointToByte(((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu));  // C5 reaches U+017F
       i += 2;
     } else {
       b = -1;

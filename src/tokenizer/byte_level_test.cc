@@ -35,6 +35,13 @@ TEST(ByteLevelTest, DecodeToken) {
   EXPECT_FALSE(byte_level::DecodeToken("a b", &decoded));           // raw space
   EXPECT_FALSE(byte_level::DecodeToken("\xE4\xBD\xA0", &decoded));  // 你 is not in the alphabet
   EXPECT_FALSE(byte_level::DecodeToken("\xC3", &decoded));          // invalid UTF-8
+  // Two-byte code points just past the alphabet (U+0144..U+017F share its lead byte C5; found by
+  // the tokenizer section fuzzer reading past the table).
+  for (int second = 0x84; second <= 0xBF; ++second) {
+    const char stored[] = {'\xC5', static_cast<char>(second), 0};
+    EXPECT_FALSE(byte_level::DecodeToken(stored, &decoded)) << second;
+  }
+  EXPECT_TRUE(byte_level::DecodeToken("\xC5\x83", &decoded));  // U+0143, the last of the alphabet
 }
 
 }  // namespace
