@@ -401,7 +401,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   PocketWriter writer;
   writer.SetMetadataJson(MetadataJson(*model, options, input, head));
   if (const Tokenizer* tok = model->tokenizer()) {
-    POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizerSpec(tok->FullSpec()));
+    POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizer(*tok));
     writer.AddSection("tokenizer", std::move(bytes));
     if (!tok->spec().chat_template.empty())
       writer.AddSection("chat_template", tok->spec().chat_template);

@@ -13,6 +13,7 @@
 #include "model/synthetic.h"
 #include "quant/quantize.h"
 #include "runtime/session.h"
+#include "tokenizer/byte_level.h"
 
 namespace pocket {
 namespace {
@@ -352,6 +353,48 @@ TEST(ConvertTest, AFailedConversionLeavesNoFile) {
   // The input is never the output.
   auto same = ConvertModel(gguf, gguf, ConvertOptions{});
   EXPECT_FALSE(same.ok());
+}
+
+// The package's tokenizer tables are used in place from the mapping: the tokenizer encodes as the
+// source's does, and keeps the mapping alive when the model is gone.
+TEST(ConvertTest, PackageTokenizerIsMappedAndOutlivesTheModel) {
+  TokenizerSpec spec;
+  for (int b = 0; b < 256; ++b)
+    spec.tokens.push_back(byte_level::EncodeBytes(std::string(1, static_cast<char>(b))));
+  for (const char* t : {"he", "ll", "hell", "hello", " w", " wor", " world"})
+    spec.tokens.push_back(byte_level::EncodeBytes(t));
+  spec.merges = {{"h", "e"}, {"l", "l"},   {"he", "ll"},  {"hell", "o"},
+                 {"Ġ", "w"}, {"Ġw", "or"}, {"Ġwor", "ld"}};
+  spec.tokens.push_back("or");
+  spec.tokens.push_back("ld");
+  spec.merges.insert(spec.merges.begin() + 4, {{"o", "r"}, {"l", "d"}});
+  spec.tokens.push_back("<|im_end|>");
+  spec.types.assign(spec.tokens.size(), TokenType::kNormal);
+  spec.types.back() = TokenType::kControl;
+  spec.eos_id = static_cast<int32_t>(spec.tokens.size() - 1);
+  auto tok = Tokenizer::FromSpec(spec);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::string gguf = WorkDir() + "/tokenized.gguf";
+  SyntheticOptions o;
+  o.config = Tiny();
+  o.seed = 3;
+  o.weight_type = DType::kF32;
+  o.tokenizer = *tok;
+  ASSERT_TRUE(WriteSyntheticGguf(o, gguf).ok());
+  const std::string out = WorkDir() + "/tokenized.pocket";
+  Convert(gguf, out, "int8", 32);
+  std::shared_ptr<const Model> source = Load(gguf);
+  std::shared_ptr<const Model> package = Load(out);
+  ASSERT_TRUE(source && package && source->tokenizer() && package->tokenizer());
+  const std::string text = "hello world<|im_end|>hello wor";
+  const std::vector<int32_t> expected = *source->tokenizer()->Encode(text);
+  EXPECT_EQ(*package->tokenizer()->Encode(text), expected);
+  EXPECT_EQ(package->tokenizer()->FullSpec().tokens, source->tokenizer()->FullSpec().tokens);
+  EXPECT_EQ(package->stop_token_ids(), source->stop_token_ids());
+  std::shared_ptr<const Tokenizer> kept = package->shared_tokenizer();
+  package.reset();
+  EXPECT_EQ(*kept->Encode(text), expected);  // the mapping is still there
+  EXPECT_EQ(kept->TokenBytes(expected[0]), "hello");
 }
 
 }  // namespace

@@ -56,23 +56,14 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   } else if (src.kind() == SourceKind::kGguf && src.gguf()->Find("tokenizer.ggml.model")) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_, TokenizerFromGguf(*src.gguf()));
   } else if (src.kind() == SourceKind::kPocket && !src.pocket()->Section("tokenizer").empty()) {
-    POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec,
-                            DeserializeTokenizerSpec(src.pocket()->Section("tokenizer"), path));
-    spec.chat_template = std::string(src.pocket()->Section("chat_template"));
-    auto tok = Tokenizer::FromSpec(std::move(spec));
-    if (!tok.ok()) return tok.status().WithContext(path);
-    m->tokenizer_ = *tok;
+    // Its tables are used in place from the mapping, which the tokenizer keeps alive.
+    POCKET_ASSIGN_OR_RETURN(
+        m->tokenizer_,
+        LoadTokenizerSection(src.pocket()->Section("tokenizer"), path,
+                             std::string(src.pocket()->Section("chat_template")), m->source_));
   } else if (src.kind() == SourceKind::kHfDirectory && !src.hf()->tokenizer_json_path().empty()) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_,
                             Tokenizer::FromHfJsonFile(src.hf()->tokenizer_json_path()));
-  }
-  if (src.kind() == SourceKind::kPocket) {
-    // Everything but the tensors has been parsed into the model's own structures: let the
-    // mapped pages of those sections go (they would otherwise stay in the resident set).
-    for (const char* section : {"meta", "tokenizer", "chat_template", "tensors"}) {
-      const std::string_view bytes = src.pocket()->Section(section);
-      if (!bytes.empty()) ReleaseMappedPages(bytes.data(), bytes.size());
-    }
   }
   if (m->tokenizer_ && m->tokenizer_->vocab_size() > m->config_.vocab_size) {
     return InvalidArgumentError(path, ": the tokenizer has ", m->tokenizer_->vocab_size(),
@@ -92,6 +83,15 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
     }
   }
 
+  if (src.kind() == SourceKind::kPocket) {
+    // The small sections have been parsed (or, for the tokenizer's tables, checked): let their
+    // mapped pages go, so that only what is used later (the tables that encoding probes) comes
+    // back into the resident set.
+    for (const char* section : {"meta", "tokenizer", "chat_template", "tensors"}) {
+      const std::string_view bytes = src.pocket()->Section(section);
+      if (!bytes.empty()) ReleaseMappedPages(bytes.data(), bytes.size());
+    }
+  }
   const int32_t half = m->config_.head_dim / 2;
   m->rope_inv_freq_.resize(static_cast<size_t>(half));
   for (int32_t i = 0; i < half; ++i) {

@@ -39,6 +39,9 @@ class Model {
   const ModelSource& source() const { return *source_; }
   // Null when the model has no tokenizer (a llama2.c checkpoint without --tokenizer).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The same, for holders that may outlive the model (a tokenizer mapped from a package keeps
+  // the mapping alive).
+  std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
   // 1 / base^(2i / head_dim), i < head_dim / 2 (in double: the angle pos * freq is formed in
   // double).
   const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
@@ -50,7 +53,7 @@ class Model {
 
  private:
   Model() = default;
-  std::unique_ptr<ModelSource> source_;
+  std::shared_ptr<const ModelSource> source_;  // shared with a tokenizer used in place
   ModelConfig config_;
   ModelWeights weights_;
   const KernelTable* kernels_ = nullptr;

@@ -104,6 +104,10 @@ class Binder {
       return InvalidArgumentError(source_.path(), ": tensor ", t->name, " of ", n,
                                   " elements cannot be ", DTypeName(t->type));
     }
+    if (t->type == DType::kF32) {  // used in place, like the matrices
+      *out = reinterpret_cast<const float*>(AlignedData(*t));
+      return Status::Ok();
+    }
     std::unique_ptr<float[]> buf(new float[static_cast<size_t>(n)]);
     DequantizeRow(t->type, AlignedData(*t), buf.get(), n);
     *out = buf.get();

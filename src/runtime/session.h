@@ -97,8 +97,15 @@ class Session {
   const Model& model() const { return *model_; }
   int32_t n_ctx() const { return kv_.n_ctx(); }
   int32_t n_threads() const { return pool_->n_threads(); }
-  // Bytes the session allocated: KV cache and activation scratch.
-  size_t memory_bytes() const { return kv_.bytes() + scratch_.bytes(); }
+  // Bytes the session holds: KV cache, activation scratch, and its own buffers (logits, history,
+  // and those of scoring and constrained sampling, as far as they have grown).
+  size_t memory_bytes() const {
+    return kv_.bytes() + scratch_.bytes() + history_.capacity() * sizeof(int32_t) +
+           (logits_.capacity() + score_logits_.capacity() + hidden_.capacity() +
+            masked_.capacity()) *
+               sizeof(float) +
+           mask_bits_.capacity() * sizeof(uint64_t);
+  }
   // Tokens whose keys and values are in the cache, in order.
   std::span<const int32_t> history() const { return history_; }
 

@@ -6,11 +6,12 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 
 #include "tokenizer/added_tokens.h"
-#include "tokenizer/hash_tables.h"
+#include "tokenizer/bpe_tables.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pocket {
@@ -18,39 +19,40 @@ namespace pocket {
 class ByteLevelBpeTokenizer final : public Tokenizer {
  public:
   static StatusOr<std::shared_ptr<const Tokenizer>> Create(TokenizerSpec spec);
+  // A tokenizer over a table image that is used in place (a mapped .pocket section): `meta` gives
+  // the settings (special ids, pre-tokenizer, normalization; no tokens or merges), `words` the
+  // image, `keep_alive` whatever keeps `words` valid. `name` is used in messages.
+  static StatusOr<std::shared_ptr<const Tokenizer>> FromTables(
+      TokenizerSpec meta, std::span<const uint32_t> words, std::shared_ptr<const void> keep_alive,
+      const std::string& name);
 
   StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                         const EncodeOptions& options = {}) const override;
   std::string_view TokenBytes(int32_t id) const override;
   int32_t FindToken(std::string_view stored) const override;
   TokenizerSpec FullSpec() const override;
+  bool IsSpecial(int32_t id) const override {
+    return id >= 0 && id < n_tokens_ && tables_.type(id) == TokenType::kControl;
+  }
+  // The table image (what a .pocket tokenizer section stores).
+  std::span<const uint32_t> tables_image() const { return image_; }
 
  private:
   struct EncodeState;
   explicit ByteLevelBpeTokenizer(TokenizerSpec spec) : Tokenizer(std::move(spec)) {}
-  Status Build();
-  Status BuildMerges();
-  Status BuildMergesFromIds();
-  bool IsRegular(int32_t id) const;  // indexed by bytes: not added, not unused
-  Status MergeError(size_t rank, std::string_view problem) const;
+  // Takes the checked tables: the vocabulary size, token types and added tokens come from them.
+  Status Init(const BpeTables& tables);
   // Encodes text that holds no added tokens.
   void EncodeSegment(std::string_view text, EncodeState* state, std::vector<int32_t>* ids) const;
   // Encodes one pre-tokenizer piece.
   void EncodeWord(std::string_view word, EncodeState* state, std::vector<int32_t>* ids) const;
 
-  StringTable bytes_;  // id -> bytes; indexed over the regular tokens
-  PairTable merges_;   // (left, right) -> (rank, merged id)
-  // The same for pairs of ids below kDensePairIds (the byte tokens in GPT-2-style vocabularies,
-  // where every word starts), as a dense table that stays in cache. {-1, -1}: no merge.
-  static constexpr int32_t kDensePairIds = 256;
-  std::vector<PairTable::Value> dense_pairs_;
-  std::array<int32_t, 256> byte_ids_{};                 // byte -> the token of that single byte
-  std::vector<std::pair<int32_t, int32_t>> merge_ids_;  // the merges' parts by id, in rank order
+  std::vector<uint32_t> owned_image_;       // the image, when built in memory
+  std::shared_ptr<const void> keep_alive_;  // the image's storage, when used in place
+  std::span<const uint32_t> image_;
+  BpeTables tables_;
   AddedTokenMatcher added_;
   std::unordered_map<std::string, int32_t> added_ids_;  // added token text -> id
-  // Tokens whose stored form is not the byte-level form of their bytes (unused tokens outside the
-  // byte-level alphabet): FullSpec() restores them from here.
-  std::vector<std::pair<int32_t, std::string>> irregular_tokens_;
 };
 
 }  // namespace pocket

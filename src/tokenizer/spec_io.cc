@@ -4,12 +4,14 @@
 #include <unordered_map>
 
 #include "base/byte_reader.h"
+#include "tokenizer/byte_level_bpe_tokenizer.h"
 
 namespace pocket {
 namespace {
 
 constexpr uint32_t kMagic = 0x4b4f5450;  // "PTOK"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;         // a TokenizerSpec
+constexpr uint32_t kTablesVersion = 2;   // byte-level BPE tables, used in place
 
 template <typename T>
 void Put(std::string& out, T v) {
@@ -18,12 +20,10 @@ void Put(std::string& out, T v) {
   out.append(buf, sizeof(T));
 }
 
-}  // namespace
-
-StatusOr<std::string> SerializeTokenizerSpec(const TokenizerSpec& spec) {
-  std::string out;
+// The settings both versions start with: magic, version, kind, flags, special ids, pre-tokenizer.
+void PutSettings(const TokenizerSpec& spec, uint32_t version, std::string& out) {
   Put<uint32_t>(out, kMagic);
-  Put<uint32_t>(out, kVersion);
+  Put<uint32_t>(out, version);
   Put<uint8_t>(out, spec.kind == TokenizerKind::kLlama2c ? 1 : 0);
   Put<uint8_t>(out, spec.normalize_nfc ? 1 : 0);
   Put<uint8_t>(out, spec.add_bos ? 1 : 0);
@@ -31,6 +31,104 @@ StatusOr<std::string> SerializeTokenizerSpec(const TokenizerSpec& spec) {
   for (int32_t id : {spec.bos_id, spec.eos_id, spec.pad_id, spec.unk_id}) Put<int32_t>(out, id);
   Put<uint32_t>(out, static_cast<uint32_t>(spec.pre_tokenizer.size()));
   out += spec.pre_tokenizer;
+}
+
+Status ReadSettings(ByteReader& r, const std::string& what, uint32_t* version,
+                    TokenizerSpec* spec) {
+  uint32_t magic = 0;
+  POCKET_RETURN_IF_ERROR(r.Read(&magic, "magic"));
+  POCKET_RETURN_IF_ERROR(r.Read(version, "version"));
+  if (magic != kMagic) return DataLossError(what, ": not a tokenizer section");
+  if (*version != kVersion && *version != kTablesVersion) {
+    return UnimplementedError(what, ": tokenizer section version ", *version,
+                              " is not supported (this pocket reads 1 and 2)");
+  }
+  uint8_t kind = 0, nfc = 0, add_bos = 0, reserved = 0;
+  POCKET_RETURN_IF_ERROR(r.Read(&kind, "kind"));
+  POCKET_RETURN_IF_ERROR(r.Read(&nfc, "flags"));
+  POCKET_RETURN_IF_ERROR(r.Read(&add_bos, "flags"));
+  POCKET_RETURN_IF_ERROR(r.Read(&reserved, "flags"));
+  if (kind > 1) return DataLossError(what, ": unknown tokenizer kind ", int{kind});
+  if (*version == kTablesVersion && kind != 0)
+    return DataLossError(what, ": a version 2 section must hold a byte-level BPE tokenizer");
+  spec->kind = kind == 1 ? TokenizerKind::kLlama2c : TokenizerKind::kByteLevelBpe;
+  spec->normalize_nfc = nfc != 0;
+  spec->add_bos = add_bos != 0;
+  for (int32_t* id : {&spec->bos_id, &spec->eos_id, &spec->pad_id, &spec->unk_id}) {
+    POCKET_RETURN_IF_ERROR(r.Read(id, "special token id"));
+  }
+  uint32_t pre_len = 0;
+  POCKET_RETURN_IF_ERROR(r.Read(&pre_len, "pre-tokenizer"));
+  const uint8_t* pre = nullptr;
+  POCKET_RETURN_IF_ERROR(r.ReadBytes(pre_len, &pre, "pre-tokenizer"));
+  spec->pre_tokenizer.assign(reinterpret_cast<const char*>(pre), pre_len);
+  return Status::Ok();
+}
+
+// Version 2 after the settings: the image size in bytes, zeros up to a multiple of 8 bytes from
+// the section start, then the image. Returns the image's place in `bytes`.
+Status FindImage(ByteReader& r, const std::string& what, std::string_view bytes,
+                 std::string_view* image) {
+  uint32_t image_bytes = 0;
+  POCKET_RETURN_IF_ERROR(r.Read(&image_bytes, "table size"));
+  const size_t pad = (8 - r.offset() % 8) % 8;
+  const uint8_t* skipped = nullptr;
+  POCKET_RETURN_IF_ERROR(r.ReadBytes(pad, &skipped, "padding"));
+  if (image_bytes % 4 != 0 || image_bytes != r.remaining()) {
+    return DataLossError(what, ": the tables are said to be ", image_bytes, " bytes, ",
+                         r.remaining(), " follow");
+  }
+  *image = bytes.substr(r.offset());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::string> SerializeTokenizer(const Tokenizer& tokenizer) {
+  const auto* bpe = dynamic_cast<const ByteLevelBpeTokenizer*>(&tokenizer);
+  if (bpe == nullptr) return SerializeTokenizerSpec(tokenizer.FullSpec());
+  std::string out;
+  PutSettings(tokenizer.spec(), kTablesVersion, out);
+  const std::span<const uint32_t> image = bpe->tables_image();
+  Put<uint32_t>(out, static_cast<uint32_t>(image.size_bytes()));
+  out.append((8 - out.size() % 8) % 8, '\0');
+  out.append(reinterpret_cast<const char*>(image.data()), image.size_bytes());
+  return out;
+}
+
+StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerSection(
+    std::string_view bytes, const std::string& name, std::string chat_template,
+    std::shared_ptr<const void> keep_alive) {
+  const std::string what = name + " (tokenizer)";
+  ByteReader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), what);
+  uint32_t version = 0;
+  TokenizerSpec settings;
+  POCKET_RETURN_IF_ERROR(ReadSettings(r, what, &version, &settings));
+  if (version == kVersion) {
+    POCKET_ASSIGN_OR_RETURN(TokenizerSpec spec, DeserializeTokenizerSpec(bytes, name));
+    spec.chat_template = std::move(chat_template);
+    auto tokenizer = Tokenizer::FromSpec(std::move(spec));
+    if (!tokenizer.ok()) return tokenizer.status().WithContext(what);
+    return tokenizer;
+  }
+  settings.chat_template = std::move(chat_template);
+  std::string_view image;
+  POCKET_RETURN_IF_ERROR(FindImage(r, what, bytes, &image));
+  if (reinterpret_cast<uintptr_t>(image.data()) % alignof(uint32_t) != 0) {
+    // Not in place (a copy in memory): copy the image to aligned storage.
+    auto copy = std::make_shared<std::vector<uint32_t>>(image.size() / 4);
+    std::memcpy(copy->data(), image.data(), image.size());
+    const std::span<const uint32_t> words(*copy);
+    return ByteLevelBpeTokenizer::FromTables(std::move(settings), words, std::move(copy), what);
+  }
+  const std::span<const uint32_t> words(reinterpret_cast<const uint32_t*>(image.data()),
+                                        image.size() / 4);
+  return ByteLevelBpeTokenizer::FromTables(std::move(settings), words, std::move(keep_alive), what);
+}
+
+StatusOr<std::string> SerializeTokenizerSpec(const TokenizerSpec& spec) {
+  std::string out;
+  PutSettings(spec, kVersion, out);
   const uint32_t n = static_cast<uint32_t>(spec.tokens.size());
   Put<uint32_t>(out, n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -79,31 +177,18 @@ StatusOr<std::string> SerializeTokenizerSpec(const TokenizerSpec& spec) {
 StatusOr<TokenizerSpec> DeserializeTokenizerSpec(std::string_view bytes, const std::string& name) {
   const std::string what = name + " (tokenizer)";
   ByteReader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), what);
-  uint32_t magic = 0, version = 0;
-  POCKET_RETURN_IF_ERROR(r.Read(&magic, "magic"));
-  POCKET_RETURN_IF_ERROR(r.Read(&version, "version"));
-  if (magic != kMagic) return DataLossError(what, ": not a tokenizer section");
-  if (version != kVersion) {
-    return UnimplementedError(what, ": tokenizer section version ", version, " is not supported");
-  }
+  uint32_t version = 0;
   TokenizerSpec spec;
-  uint8_t kind = 0, nfc = 0, add_bos = 0, reserved = 0;
-  POCKET_RETURN_IF_ERROR(r.Read(&kind, "kind"));
-  POCKET_RETURN_IF_ERROR(r.Read(&nfc, "flags"));
-  POCKET_RETURN_IF_ERROR(r.Read(&add_bos, "flags"));
-  POCKET_RETURN_IF_ERROR(r.Read(&reserved, "flags"));
-  if (kind > 1) return DataLossError(what, ": unknown tokenizer kind ", int{kind});
-  spec.kind = kind == 1 ? TokenizerKind::kLlama2c : TokenizerKind::kByteLevelBpe;
-  spec.normalize_nfc = nfc != 0;
-  spec.add_bos = add_bos != 0;
-  for (int32_t* id : {&spec.bos_id, &spec.eos_id, &spec.pad_id, &spec.unk_id}) {
-    POCKET_RETURN_IF_ERROR(r.Read(id, "special token id"));
+  POCKET_RETURN_IF_ERROR(ReadSettings(r, what, &version, &spec));
+  if (version == kTablesVersion) {
+    std::string_view image;
+    POCKET_RETURN_IF_ERROR(FindImage(r, what, bytes, &image));
+    std::vector<uint32_t> words(image.size() / 4);
+    std::memcpy(words.data(), image.data(), image.size());
+    POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
+                            ByteLevelBpeTokenizer::FromTables(spec, words, nullptr, what));
+    return tokenizer->FullSpec();
   }
-  uint32_t pre_len = 0;
-  POCKET_RETURN_IF_ERROR(r.Read(&pre_len, "pre-tokenizer"));
-  const uint8_t* pre = nullptr;
-  POCKET_RETURN_IF_ERROR(r.ReadBytes(pre_len, &pre, "pre-tokenizer"));
-  spec.pre_tokenizer.assign(reinterpret_cast<const char*>(pre), pre_len);
   uint32_t n = 0;
   POCKET_RETURN_IF_ERROR(r.Read(&n, "token count"));
   if (n > r.remaining() / 5) return DataLossError(what, ": token count ", n, " does not fit");

@@ -91,14 +91,14 @@ class Tokenizer {
   // an error naming the position.
   StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
 
-  // The spec the tokenizer was built from. Byte-level BPE tokenizers keep their merges in compact
-  // internal tables and leave spec().merges and spec().tokens empty (the strings cost megabytes
-  // an app never needs); FullSpec() rebuilds the complete spec, tokens and merges included, for
-  // tools that write one.
+  // The spec the tokenizer was built from. Byte-level BPE tokenizers keep their vocabulary in
+  // compact tables (possibly mapped from a package) and leave spec().tokens, types and merges empty
+  // (the strings cost megabytes an app never needs); FullSpec() rebuilds the complete spec, tokens
+  // and merges included, for tools that write one.
   const TokenizerSpec& spec() const { return spec_; }
   virtual TokenizerSpec FullSpec() const { return spec_; }
   int32_t vocab_size() const { return n_tokens_; }
-  bool IsSpecial(int32_t id) const;  // kControl tokens
+  virtual bool IsSpecial(int32_t id) const;  // kControl tokens
   // Token id of an exact token string (stored form), or -1.
   virtual int32_t FindToken(std::string_view stored) const = 0;
 

@@ -1,5 +1,6 @@
 // Writes small valid inputs for the fuzzers to start from: a GGUF with every metadata type and a
-// few tensor types, a safetensors file, a small tokenizer.json.
+// few tensor types, a safetensors file, a small tokenizer.json, .pocket tokenizer sections of
+// both versions, a .pocket file.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +10,8 @@
 #include "format/pocket_file.h"
 #include "format/safetensors.h"
 #include "quant/quantize.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/spec_io.h"
 
 using namespace pocket;
 
@@ -62,6 +65,24 @@ int main(int argc, char** argv) {
 "end_of_word_suffix":"","fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
 "vocab":{"a":0,"b":1,"ab":2,"Ġ":3,"Ġab":4},"merges":[["a","b"],["Ġ","ab"]]}})";
   if (!WriteFileAtomically(dir + "/seed.json", tokenizer).ok()) return 1;
+
+  TokenizerSpec spec;
+  for (int b = 0; b < 256; ++b)
+    spec.tokens.push_back(byte_level::EncodeBytes(std::string(1, static_cast<char>(b))));
+  for (const char* t : {"ab", "abc", " a", " ab"})
+    spec.tokens.push_back(byte_level::EncodeBytes(t));
+  spec.tokens.push_back("<|im_end|>");
+  spec.types.assign(spec.tokens.size(), TokenType::kNormal);
+  spec.types.back() = TokenType::kControl;
+  spec.merges = {{"a", "b"}, {"ab", "c"}, {"Ġ", "a"}, {"Ġa", "b"}};
+  spec.eos_id = static_cast<int32_t>(spec.tokens.size() - 1);
+  auto tok = Tokenizer::FromSpec(spec);
+  if (!tok.ok()) return 1;
+  auto v1 = SerializeTokenizerSpec(spec);
+  auto v2 = SerializeTokenizer(**tok);
+  if (!v1.ok() || !v2.ok()) return 1;
+  if (!WriteFileAtomically(dir + "/seed-v1.ptok", *v1).ok()) return 1;
+  if (!WriteFileAtomically(dir + "/seed-v2.ptok", *v2).ok()) return 1;
 
   PocketWriter p;
   p.SetMetadataJson(R"({"format": "pocket", "architecture": "qwen3"})");

@@ -8,7 +8,8 @@ mkdir -p "$work/seeds"
 status=0
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 shared="${POCKET_SHARED_DIR:-$root/../shared}"
-for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz grammar_fuzz; do
+for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokenizer_section_fuzz \
+  grammar_fuzz; do
   corpus="$work/corpus-$target"
   mkdir -p "$corpus"
   case "$target" in
@@ -16,6 +17,7 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz grammar
     safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
     tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
     pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
+    tokenizer_section_fuzz) cp "$work/seeds/seed-v1.ptok" "$work/seeds/seed-v2.ptok" "$corpus/" ;;
     grammar_fuzz)
       # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
       for f in "$shared"/testdata/gbnf/*.gbnf; do
