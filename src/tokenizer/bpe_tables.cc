@@ -46,9 +46,9 @@ uint64_t PairHash(int32_t left, int32_t right) {
                  static_cast<uint32_t>(right));
 }
 
-struct Layout {
-  size_t offsets = 0, token_slots = 0, merges = 0, results = 0, merge_slots = 0, types = 0,
-         blob = 0, irregular = 0, total = 0;
+struct Layout {  // in 64 bits, whatever size_t is
+  uint64_t offsets = 0, token_slots = 0, merges = 0, results = 0, merge_slots = 0, types = 0,
+           blob = 0, irregular = 0, total = 0;
 };
 // Word offsets of the arrays; false when the sizes overflow.
 bool ComputeLayout(uint64_t n, uint64_t m, uint64_t token_capacity, uint64_t merge_capacity,
@@ -79,8 +79,10 @@ int32_t BpeTables::Find(std::string_view bytes) const {
   for (uint32_t probes = 0; probes < token_capacity_; ++probes) {
     const uint32_t slot = token_slots_[i];
     if (slot == kEmpty) return -1;
-    if ((slot >> id_bits_) == p.tag && Bytes(static_cast<int32_t>(slot & id_mask)) == bytes)
-      return static_cast<int32_t>(slot & id_mask);
+    const uint32_t id = slot & id_mask;
+    if ((slot >> id_bits_) == p.tag && id < static_cast<uint32_t>(n_tokens_) &&
+        Bytes(static_cast<int32_t>(id)) == bytes)
+      return static_cast<int32_t>(id);
     if (++i == token_capacity_) i = 0;
   }
   return -1;
@@ -95,9 +97,12 @@ BpeTables::Merge BpeTables::FindMerge(int32_t left, int32_t right) const {
     if (slot == kEmpty) return {};
     if ((slot >> id_bits_) == p.tag) {
       const uint32_t rank = slot & id_mask;
-      if (merges_[2 * rank] == static_cast<uint32_t>(left) &&
+      if (rank < static_cast<uint32_t>(n_merges_) &&
+          merges_[2 * rank] == static_cast<uint32_t>(left) &&
           merges_[2 * rank + 1] == static_cast<uint32_t>(right)) {
-        return {static_cast<int32_t>(rank), static_cast<int32_t>(results_[rank])};
+        const uint32_t id = results_[rank];
+        if (id >= static_cast<uint32_t>(n_tokens_)) return {};
+        return {static_cast<int32_t>(rank), static_cast<int32_t>(id)};
       }
     }
     if (++i == merge_capacity_) i = 0;
@@ -107,12 +112,15 @@ BpeTables::Merge BpeTables::FindMerge(int32_t left, int32_t right) const {
 
 std::vector<std::pair<int32_t, std::string>> BpeTables::IrregularTokens() const {
   std::vector<std::pair<int32_t, std::string>> out;
-  const uint32_t* w = irregular_;
+  size_t at = 0;
   for (uint32_t k = 0; k < n_irregular_; ++k) {
-    const uint32_t id = w[0], length = w[1];
+    if (irregular_words_ - at < 2) break;
+    const uint32_t id = irregular_[at], length = irregular_[at + 1];
+    const size_t words = (size_t{length} + 3) / 4;
+    if (id >= static_cast<uint32_t>(n_tokens_) || words > irregular_words_ - at - 2) break;
     out.emplace_back(static_cast<int32_t>(id),
-                     std::string(reinterpret_cast<const char*>(w + 2), length));
-    w += 2 + (length + 3) / 4;
+                     std::string(reinterpret_cast<const char*>(irregular_ + at + 2), length));
+    at += 2 + words;
   }
   return out;
 }
@@ -222,40 +230,40 @@ StatusOr<std::vector<uint32_t>> BpeTables::Build(const TokenizerSpec& spec) {
   auto is_regular_id = [&](int32_t id) {
     return id >= 0 && static_cast<size_t>(id) < n && IsRegular(type_of(static_cast<size_t>(id)));
   };
+  // Errors name the merge as the spec gives it: by its parts' stored forms, or by their ids.
+  const auto merge_error = [&](size_t rank, std::string_view problem) {
+    if (!by_id) {
+      return DataLossError("merge ", rank, " (", QuoteBytes(spec.merges[rank].first), " ",
+                           QuoteBytes(spec.merges[rank].second), "): ", problem);
+    }
+    const auto part = [&](int32_t id) {
+      return id >= 0 && static_cast<size_t>(id) < n
+                 ? StrCat("token ", id, " ", QuoteBytes(spec.tokens[static_cast<size_t>(id)]))
+                 : StrCat("token ", id, " ?");
+    };
+    return DataLossError("merge ", rank, " (", part(spec.merge_ids[rank].first), ", ",
+                         part(spec.merge_ids[rank].second), "): ", problem);
+  };
   for (size_t rank = 0; rank < m; ++rank) {
     int32_t left = -1, right = -1;
     if (by_id) {
       left = spec.merge_ids[rank].first;
       right = spec.merge_ids[rank].second;
-      if (!is_regular_id(left) || !is_regular_id(right)) {
-        const bool left_bad = !is_regular_id(left);
-        const int32_t bad = left_bad ? left : right;
-        const bool in_range = bad >= 0 && static_cast<size_t>(bad) < n;
-        return DataLossError("merge ", rank, " names token ", bad, " ",
-                             in_range ? QuoteBytes(spec.tokens[static_cast<size_t>(bad)])
-                                      : std::string("(outside the vocabulary)"),
-                             " as its ", left_bad ? "left" : "right",
-                             " part, which is not a regular token of the vocabulary");
-      }
+      if (!is_regular_id(left))
+        return merge_error(rank, "its left part is not a regular token of the vocabulary");
+      if (!is_regular_id(right))
+        return merge_error(rank, "its right part is not a regular token of the vocabulary");
     } else {
-      // Plain references, not a structured binding: clang 14 (the fuzz build) lets lambdas
-      // capture those only from C++20 on in later versions.
-      const std::string& left_stored = spec.merges[rank].first;
-      const std::string& right_stored = spec.merges[rank].second;
-      const auto error = [&](std::string_view problem) {
-        return DataLossError("merge ", rank, " (", QuoteBytes(left_stored), " ",
-                             QuoteBytes(right_stored), "): ", problem);
-      };
       left_bytes.clear();
       right_bytes.clear();
-      if (!byte_level::DecodeToken(left_stored, &left_bytes))
-        return error("its left part is not written in the byte-level alphabet");
-      if (!byte_level::DecodeToken(right_stored, &right_bytes))
-        return error("its right part is not written in the byte-level alphabet");
+      if (!byte_level::DecodeToken(spec.merges[rank].first, &left_bytes))
+        return merge_error(rank, "its left part is not written in the byte-level alphabet");
+      if (!byte_level::DecodeToken(spec.merges[rank].second, &right_bytes))
+        return merge_error(rank, "its right part is not written in the byte-level alphabet");
       left = t.Find(left_bytes);
       right = t.Find(right_bytes);
-      if (left < 0) return error("its left part is not in the vocabulary");
-      if (right < 0) return error("its right part is not in the vocabulary");
+      if (left < 0) return merge_error(rank, "its left part is not in the vocabulary");
+      if (right < 0) return merge_error(rank, "its right part is not in the vocabulary");
     }
     merged_bytes.assign(t.Bytes(left));
     merged_bytes.append(t.Bytes(right));
@@ -271,11 +279,7 @@ StatusOr<std::vector<uint32_t>> BpeTables::Build(const TokenizerSpec& spec) {
       if (rank == 0 && merged >= 0) guess_offset = merged;
     }
     if (rank == 1024 && guess_hits * 2 < rank) guess_offset = -1;
-    if (merged < 0) {
-      return DataLossError("merge ", rank, " (", QuoteBytes(t.Bytes(left)), " + ",
-                           QuoteBytes(t.Bytes(right)),
-                           "): the merged token is not in the vocabulary");
-    }
+    if (merged < 0) return merge_error(rank, "the merged token is not in the vocabulary");
     merges[2 * rank] = static_cast<uint32_t>(left);
     merges[2 * rank + 1] = static_cast<uint32_t>(right);
     results[rank] = static_cast<uint32_t>(merged);
@@ -303,6 +307,8 @@ BpeTables BpeTables::View(std::span<const uint32_t> w) {
   t.token_capacity_ = w[5];
   t.merge_capacity_ = w[6];
   t.n_irregular_ = w[8];
+  t.irregular_words_ = w[9];
+  t.blob_bytes_ = w[7];
   for (size_t b = 0; b < 256; ++b) t.byte_ids_[b] = static_cast<int32_t>(w[kFixedWords + b]);
   Layout l;
   ComputeLayout(w[2], w[3], w[5], w[6], w[7], w[9], &l);
@@ -332,9 +338,14 @@ StatusOr<BpeTables> BpeTables::Parse(std::span<const uint32_t> w, const std::str
                          "-bit ids");
   if (w[5] == 0 || w[6] == 0) return DataLossError(what, ": an index has no slots");
   Layout l;
-  if (!ComputeLayout(n, m, w[5], w[6], blob_bytes, w[9], &l) || l.total != w.size()) {
+  if (!ComputeLayout(n, m, w[5], w[6], blob_bytes, w[9], &l))
+    return DataLossError(what, ": the header's sizes are out of range");
+  if (l.total != w.size()) {
     return DataLossError(what, ": the header describes ", l.total * 4, " bytes of tables, the ",
                          "section holds ", w.size() * 4);
+  }
+  for (size_t i = 10; i < kFixedWords; ++i) {
+    if (w[i] != 0) return DataLossError(what, ": reserved header word ", i, " is not zero");
   }
   for (size_t b = 0; b < 256; ++b) {
     if (w[kFixedWords + b] >= n)

@@ -36,9 +36,12 @@ class BpeTables {
   int32_t n_tokens() const { return n_tokens_; }
   int32_t n_merges() const { return n_merges_; }
   TokenType type(int32_t id) const { return static_cast<TokenType>(types_[id]); }
-  // The bytes of token `id` (0 <= id < n_tokens).
+  // The bytes of token `id` (0 <= id < n_tokens). The lookups stay in bounds even if the bytes
+  // of a mapped image change after Parse (a file rewritten in place): then they return nothing.
   std::string_view Bytes(int32_t id) const {
-    return {blob_ + offsets_[id], static_cast<size_t>(offsets_[id + 1] - offsets_[id])};
+    const uint32_t begin = offsets_[id], end = offsets_[id + 1];
+    if (end < begin || end > blob_bytes_) return {};
+    return {blob_ + begin, static_cast<size_t>(end - begin)};
   }
   // The regular token (not added, not unused) with these bytes, or -1.
   int32_t Find(std::string_view bytes) const;
@@ -67,6 +70,8 @@ class BpeTables {
   uint32_t token_capacity_ = 0;
   uint32_t merge_capacity_ = 0;
   uint32_t n_irregular_ = 0;
+  uint32_t irregular_words_ = 0;
+  uint32_t blob_bytes_ = 0;
   std::array<int32_t, 256> byte_ids_{};
   const uint32_t* offsets_ = nullptr;      // n_tokens + 1, into blob_
   const uint32_t* token_slots_ = nullptr;  // token_capacity

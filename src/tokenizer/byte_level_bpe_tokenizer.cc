@@ -16,6 +16,12 @@ bool IsAdded(TokenType type) {
   return type == TokenType::kControl || type == TokenType::kUserDefined;
 }
 
+Status CheckPreTokenizer(const TokenizerSpec& spec) {
+  if (spec.pre_tokenizer == "qwen2") return Status::Ok();
+  return UnimplementedError("byte-level BPE pre-tokenizer \"", spec.pre_tokenizer,
+                            "\" is not implemented (supported: qwen2)");
+}
+
 }  // namespace
 
 // Per-call scratch: nothing in it outlives one Encode, so the tokenizer itself stays immutable.
@@ -50,6 +56,7 @@ constexpr size_t kPairCacheMaxEntries = 1 << 16;  // 1 MB
 }  // namespace
 
 StatusOr<std::shared_ptr<const Tokenizer>> ByteLevelBpeTokenizer::Create(TokenizerSpec spec) {
+  POCKET_RETURN_IF_ERROR(CheckPreTokenizer(spec));
   POCKET_ASSIGN_OR_RETURN(std::vector<uint32_t> image, BpeTables::Build(spec));
   // The tables hold what encoding needs; the token and merge strings would only cost memory
   // (megabytes for a large vocabulary): FullSpec() rebuilds them.
@@ -86,10 +93,7 @@ StatusOr<std::shared_ptr<const Tokenizer>> ByteLevelBpeTokenizer::FromTables(
 }
 
 Status ByteLevelBpeTokenizer::Init(const BpeTables& tables) {
-  if (spec_.pre_tokenizer != "qwen2") {
-    return UnimplementedError("byte-level BPE pre-tokenizer \"", spec_.pre_tokenizer,
-                              "\" is not implemented (supported: qwen2)");
-  }
+  POCKET_RETURN_IF_ERROR(CheckPreTokenizer(spec_));
   tables_ = tables;
   n_tokens_ = tables_.n_tokens();
   spec_.types = {};  // read from the tables
@@ -120,6 +124,10 @@ TokenizerSpec ByteLevelBpeTokenizer::FullSpec() const {
   full.merges.reserve(static_cast<size_t>(tables_.n_merges()));
   for (int32_t rank = 0; rank < tables_.n_merges(); ++rank) {
     const auto [left, right] = tables_.MergeParts(rank);
+    if (static_cast<uint32_t>(left) >= static_cast<uint32_t>(n_tokens_) ||
+        static_cast<uint32_t>(right) >= static_cast<uint32_t>(n_tokens_)) {
+      continue;  // only if the mapped file changed after the check
+    }
     full.merges.emplace_back(full.tokens[static_cast<size_t>(left)],
                              full.tokens[static_cast<size_t>(right)]);
   }

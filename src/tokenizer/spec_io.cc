@@ -74,7 +74,10 @@ Status FindImage(ByteReader& r, const std::string& what, std::string_view bytes,
   const size_t pad = (8 - r.offset() % 8) % 8;
   const uint8_t* skipped = nullptr;
   POCKET_RETURN_IF_ERROR(r.ReadBytes(pad, &skipped, "padding"));
-  if (image_bytes % 4 != 0 || image_bytes != r.remaining()) {
+  for (size_t i = 0; i < pad; ++i) {
+    if (skipped[i] != 0) return DataLossError(what, ": the padding before the tables is not zero");
+  }
+  if (image_bytes % 4 != 0 || image_bytes != r.remaining() || image_bytes < 4) {
     return DataLossError(what, ": the tables are said to be ", image_bytes, " bytes, ",
                          r.remaining(), " follow");
   }
