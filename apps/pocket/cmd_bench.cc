@@ -15,7 +15,8 @@ Command AddBenchCommand(CLI::App& root) {
     std::string threads = "1,2";
     std::string kv_type = "f16";
     std::string kernels;
-    bool no_amx = false, no_repack = false, json = false, no_ceilings = false;
+    bool no_amx = false, no_repack = false, no_huge_pages = false, json = false,
+         no_ceilings = false;
     std::string schema_file, grammar_file, regex, span_file;
   };
   auto f = std::make_shared<Flags>();
@@ -31,6 +32,8 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_option("--kernels", f->kernels, "force a kernel table");
   app->add_flag("--no-amx", f->no_amx, "do not use AMX tiles (AVX-512 VNNI only)");
   app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
+  app->add_flag("--no-huge-pages", f->no_huge_pages,
+                "do not ask for huge pages under the weights (4 KB pages: more TLB misses)");
   app->add_flag("--no-ceilings", f->no_ceilings, "skip the bandwidth and int8 peak measurements");
   app->add_flag("--json", f->json, "one JSON object per line per (model, threads)");
   app->add_option("--json-schema", f->schema_file,
@@ -46,6 +49,7 @@ Command AddBenchCommand(CLI::App& root) {
             config.repetitions = f->repetitions;
             config.n_batch = f->n_batch;
             config.repack = !f->no_repack;
+            config.huge_pages = !f->no_huge_pages;
             config.measure_ceilings = !f->no_ceilings;
             if (!f->schema_file.empty()) {
               auto contents = ReadFileToString(f->schema_file);

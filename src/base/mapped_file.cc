@@ -53,6 +53,18 @@ void ReleaseMappedPages(const void* begin, size_t n_bytes) {
   if (end > start) ::madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
 }
 
+void AdviseHugePages(const void* begin, size_t n_bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + n_bytes) / page * page;
+  if (end > start) ::madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+#else
+  (void)begin;
+  (void)n_bytes;
+#endif
+}
+
 StatusOr<std::string> ReadFileToString(const std::string& path) {
   if (IsDirectory(path)) return InvalidArgumentError(path, " is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);

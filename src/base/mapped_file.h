@@ -37,6 +37,14 @@ class MappedFile {
 // the range are released; reading them again later is valid (they are re-read from the file).
 void ReleaseMappedPages(const void* begin, size_t n_bytes);
 
+// Asks the OS to back the whole pages inside [begin, begin + n_bytes) with huge pages where it
+// can (Linux: transparent huge pages, MADV_HUGEPAGE; anonymous memory and, on file systems with
+// large folios, mapped files). Weights that every decode step streams then cost far fewer TLB
+// misses. A no-op where unsupported; never an error.
+void AdviseHugePages(const void* begin, size_t n_bytes);
+// The huge page size AdviseHugePages aims at (2 MB on x86-64 and on ARM64 with 4 KB pages).
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 // Whole-file read into memory (for small files: config.json, tokenizer.bin).
 StatusOr<std::string> ReadFileToString(const std::string& path);
 

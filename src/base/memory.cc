@@ -29,6 +29,31 @@ bool ResetPeakRss() {
   return ok;
 }
 
+uint64_t HugePageMappedBytes(const void* begin, const void* end) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return 0;
+  const auto lo = reinterpret_cast<uintptr_t>(begin), hi = reinterpret_cast<uintptr_t>(end);
+  uint64_t total = 0;
+  bool overlaps = false;
+  char line[512];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long start = 0, stop = 0, kb = 0;
+    char key[64];
+    // A mapping's line starts with its lowercase hex range; its fields start with a capital.
+    const char c = line[0];
+    const bool range_line = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (range_line && std::sscanf(line, "%llx-%llx", &start, &stop) == 2) {
+      overlaps = start < hi && lo < stop;
+    } else if (overlaps && std::sscanf(line, "%63[A-Za-z]: %llu kB", key, &kb) == 2 &&
+               (std::strcmp(key, "AnonHugePages") == 0 || std::strcmp(key, "FilePmdMapped") == 0 ||
+                std::strcmp(key, "ShmemPmdMapped") == 0)) {
+      total += kb * 1024ull;
+    }
+  }
+  std::fclose(f);
+  return total;
+}
+
 double ProcessCpuSeconds() {
   struct rusage ru {};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;

@@ -15,6 +15,9 @@ ProcessMemory ReadProcessMemory();
 // Resets the kernel's high-water mark (Linux: writes 5 to /proc/self/clear_refs). Returns false if
 // the platform refused, in which case the peak includes earlier work.
 bool ResetPeakRss();
+// Bytes mapped with huge pages (Linux smaps: AnonHugePages + FilePmdMapped + ShmemPmdMapped) in
+// the mappings that overlap [begin, end); 0 where the platform does not say.
+uint64_t HugePageMappedBytes(const void* begin, const void* end);
 // CPU time (user + system) used by the process so far, in seconds.
 double ProcessCpuSeconds();
 

@@ -114,11 +114,16 @@ Status OutputFile::WriteZeros(size_t n_bytes) {
   return Status::Ok();
 }
 
-Status OutputFile::Commit() {
+Status OutputFile::Commit(bool drop_from_page_cache) {
   if (fd_ < 0) return FailedPreconditionError("output file ", path_, " is closed");
   if (::fsync(fd_) != 0 && errno != EINVAL) {
     return IoError("cannot flush ", tmp_path_, ": ", std::strerror(errno));
   }
+#if defined(__linux__) && defined(POSIX_FADV_DONTNEED)
+  if (drop_from_page_cache) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);  // advice only
+#else
+  (void)drop_from_page_cache;
+#endif
   if (::close(fd_) != 0) {
     fd_ = -1;
     return IoError("cannot close ", tmp_path_, ": ", std::strerror(errno));

@@ -28,8 +28,11 @@ class OutputFile {
   Status WriteAt(uint64_t offset, const void* data, size_t n_bytes);
   Status WriteZeros(size_t n_bytes);
   uint64_t bytes_written() const { return bytes_written_; }
-  // Flushes, closes and renames into place.
-  Status Commit();
+  // Flushes, closes and renames into place. With `drop_from_page_cache`, the written pages are
+  // also dropped from the OS page cache once on disk (Linux), so the next reader maps the file
+  // fresh: the page cache then holds it in the folios readahead picks (huge pages under
+  // MADV_HUGEPAGE) rather than in the small ones the writes left.
+  Status Commit(bool drop_from_page_cache = false);
 
  private:
   OutputFile(std::string path, std::string tmp_path, int fd)

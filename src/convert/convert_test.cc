@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "base/mapped_file.h"
 #include "model/synthetic.h"
 #include "quant/quantize.h"
 #include "runtime/session.h"
@@ -296,33 +297,47 @@ TEST(ConvertTest, LogitsAreBitIdenticalForAnyThreadCount) {
   const std::string int4 = WorkDir() + "/threads-int4.pocket";
   Convert(bf16, int4, "int4", 64);
   const std::vector<int32_t> ids = RandomIds(c->vocab_size, 100, 17);
+  auto logits_of = [&](const std::shared_ptr<const Model>& model, int32_t threads) {
+    SessionOptions so;
+    so.n_ctx = 128;
+    so.n_batch = 64;  // two prefill chunks: 64 tokens, then 36
+    so.n_threads = threads;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    std::vector<float> logits(ids.size() * static_cast<size_t>(c->vocab_size));
+    EXPECT_TRUE((*s)->Append(ids, logits.data()).ok());
+    for (int i = 0; i < 4; ++i) {  // and single-token decode steps
+      const int32_t next[1] = {ids[static_cast<size_t>(i)]};
+      EXPECT_TRUE((*s)->Append(next).ok());
+      std::span<const float> l = (*s)->last_logits();
+      logits.insert(logits.end(), l.begin(), l.end());
+    }
+    return logits;
+  };
   for (const std::string& path : {int4, q4_0, bf16}) {
     SCOPED_TRACE(path);
     auto model = Load(path);
     ASSERT_TRUE(model);
-    std::vector<float> one;
-    for (int32_t threads : {1, 2, 3}) {
-      SessionOptions so;
-      so.n_ctx = 128;
-      so.n_batch = 64;  // two prefill chunks: 64 tokens, then 36
-      so.n_threads = threads;
-      auto s = Session::Create(model, so);
-      ASSERT_TRUE(s.ok());
-      std::vector<float> logits(ids.size() * static_cast<size_t>(c->vocab_size));
-      ASSERT_TRUE((*s)->Append(ids, logits.data()).ok());
-      for (int i = 0; i < 4; ++i) {  // and single-token decode steps
-        const int32_t next[1] = {ids[static_cast<size_t>(i)]};
-        ASSERT_TRUE((*s)->Append(next).ok());
-        std::span<const float> l = (*s)->last_logits();
-        logits.insert(logits.end(), l.begin(), l.end());
-      }
-      if (threads == 1) {
-        one = logits;
-      } else {
-        ASSERT_EQ(one.size(), logits.size());
-        EXPECT_EQ(0, std::memcmp(one.data(), logits.data(), one.size() * sizeof(float)))
-            << threads << " threads differ from 1";
-      }
+    const std::vector<float> one = logits_of(model, 1);
+    for (int32_t threads : {2, 3}) {
+      const std::vector<float> logits = logits_of(model, threads);
+      ASSERT_EQ(one.size(), logits.size());
+      EXPECT_EQ(0, std::memcmp(one.data(), logits.data(), one.size() * sizeof(float)))
+          << threads << " threads differ from 1";
+    }
+    // Huge pages (on by default) change where the weights live, never what they are.
+    LoadOptions small_pages;
+    small_pages.huge_pages = false;
+    auto plain = Model::Load(path, small_pages);
+    ASSERT_TRUE(plain.ok());
+    const std::vector<float> logits = logits_of(*plain, 1);
+    ASSERT_EQ(one.size(), logits.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), logits.data(), one.size() * sizeof(float)))
+        << "huge pages off differ";
+    if (model->weights().repacked_bytes > 0) {  // the repacked buffer starts on a huge page
+      EXPECT_EQ(
+          reinterpret_cast<uintptr_t>(model->weights().decode_weight_span().first) % kHugePageBytes,
+          0u);
     }
   }
 }

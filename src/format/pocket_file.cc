@@ -409,7 +409,9 @@ Status PocketWriter::Write(const std::string& path, const std::vector<std::strin
   const std::string entry = EncodeEntry(data);
   POCKET_RETURN_IF_ERROR(
       out.WriteAt(kHeaderBytes + (n_sections - 1) * kEntryBytes, entry.data(), entry.size()));
-  return out.Commit();
+  // A package is written once and then mapped by every run: leave it to be read back fresh, so
+  // that its weights can come back in huge pages (see Model::Load).
+  return out.Commit(/*drop_from_page_cache=*/true);
 }
 
 }  // namespace pocket

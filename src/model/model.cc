@@ -46,6 +46,7 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   }
   BindOptions bind;
   bind.repack = options.repack;
+  bind.huge_pages = options.huge_pages;
   POCKET_ASSIGN_OR_RETURN(m->weights_, BindWeights(src, m->config_, bind));
   POCKET_ASSIGN_OR_RETURN(m->classifier_, LoadClassifierHead(src, m->config_));
   m->kernels_ = options.kernels != nullptr ? options.kernels : &SelectKernels();

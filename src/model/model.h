@@ -25,6 +25,8 @@ struct LoadOptions {
   const KernelTable* kernels = nullptr;
   // Repack GGUF Q4_0 / Q4_1 / Q8_0 matrices for the integer kernels (false: dense float path).
   bool repack = true;
+  // Huge pages under the weights every decode step streams (see BindOptions).
+  bool huge_pages = true;
   Logger logger;
 };
 

@@ -188,14 +188,18 @@ class Repacker {
     return true;
   }
 
-  Status Execute(ModelWeights* w) {
+  Status Execute(ModelWeights* w, bool huge_pages) {
     if (jobs_.empty()) return Status::Ok();
-    w->repacked.reset(new (std::nothrow) uint8_t[total_ + 64]);
+    // Aligned to a huge page, so that the buffer can be backed by huge pages from its start (the
+    // unused head is never touched, so it costs address space only).
+    const size_t align = huge_pages ? kHugePageBytes : 64;
+    w->repacked.reset(new (std::nothrow) uint8_t[total_ + align]);
     if (!w->repacked) {
       return ResourceExhaustedError("cannot allocate ", HumanBytes(total_), " to repack weights");
     }
     uint8_t* base = w->repacked.get();
-    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    base += (align - reinterpret_cast<uintptr_t>(base) % align) % align;
+    if (huge_pages) AdviseHugePages(base, total_);
     w->repacked_bytes = total_;
     std::vector<uint8_t> tmp;
     for (const Job& job : jobs_) {
@@ -237,6 +241,13 @@ class Repacker {
       packed.p = PackedMatrix{job.layout, dst};
       *job.target = packed;
       if (job.also != nullptr) *job.also = packed;
+    }
+    // Once more over every source, whole: where the page cache holds the file in large folios,
+    // reading the next stretch maps the whole folio again, stretches released before included.
+    for (const Job& job : jobs_) {
+      for (const Linear& part : job.parts) {
+        ReleaseMappedPages(part.w.data, part.w.row_bytes * static_cast<size_t>(part.w.rows));
+      }
     }
     return Status::Ok();
   }
@@ -289,6 +300,24 @@ size_t ModelWeights::decode_weight_bytes() const {
              LinearBytes(l.w_up) + LinearBytes(l.w_down);
   }
   return total;
+}
+
+std::pair<const uint8_t*, const uint8_t*> ModelWeights::decode_weight_span() const {
+  const uint8_t *lo = nullptr, *hi = nullptr;
+  auto take = [&](const Linear& l) {
+    if (!l.present()) return;
+    const uint8_t* data = l.packed ? l.p.data : l.w.data;
+    if (lo == nullptr || data < lo) lo = data;
+    if (hi == nullptr || data + l.bytes() > hi) hi = data + l.bytes();
+  };
+  take(output);
+  for (const LayerWeights& l : layers) {
+    for (const Linear* m :
+         {&l.qkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate_up, &l.w_gate, &l.w_up, &l.w_down}) {
+      take(*m);
+    }
+  }
+  return {lo, hi};
 }
 
 StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig& c,
@@ -358,7 +387,14 @@ StatusOr<ModelWeights> BindWeights(const ModelSource& source, const ModelConfig&
     }
     // A tied embedding is the output matrix: packed once, used for both.
     r.Add({w.output}, false, &w.output, c.tied_output ? &w.token_embd : nullptr);
-    POCKET_RETURN_IF_ERROR(r.Execute(&w));
+    POCKET_RETURN_IF_ERROR(r.Execute(&w, options.huge_pages));
+  }
+  if (options.huge_pages) {
+    // Every decode step streams these in full. One range from the first to the last (the norms
+    // between them are read too): huge pages need whole aligned 2 MB stretches of one advised
+    // mapping, which per-matrix advice would cut at every norm.
+    const auto [lo, hi] = w.decode_weight_span();
+    if (lo != nullptr) AdviseHugePages(lo, static_cast<size_t>(hi - lo));
   }
   auto dense_bytes = [](const Linear& l) { return l.present() && !l.packed ? l.bytes() : 0; };
   w.mapped_bytes = dense_bytes(w.token_embd) + (c.tied_output ? 0 : dense_bytes(w.output));

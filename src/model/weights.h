@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -61,12 +62,17 @@ struct ModelWeights {
 
   // Bytes read by one decode step over all matrices (the embedding row aside).
   size_t decode_weight_bytes() const;
+  // The lowest and highest address of those matrices' bytes (null, null when there are none).
+  std::pair<const uint8_t*, const uint8_t*> decode_weight_span() const;
 };
 
 struct BindOptions {
   // Repack GGUF Q4_0 / Q4_1 / Q8_0 into the packed layout (the fast integer kernels). When
   // false, every matrix stays dense and runs through the float kernels (the oracle path).
   bool repack = true;
+  // Ask for huge pages under the matrices a decode step reads in full (AdviseHugePages): the
+  // repacked buffer, and the mapped file's matrices where the file system allows.
+  bool huge_pages = true;
 };
 
 // Binds and shape-checks every tensor the config calls for. Names are canonical (GGUF style); for

@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 
+#include "base/mapped_file.h"
 #include "base/memory.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
@@ -34,9 +35,14 @@ Stat Summarize(std::vector<double> v) {
 // median of several passes, in GB/s.
 double MeasureBandwidth(const KernelTable& k, int32_t n_threads, size_t bytes) {
   bytes = bytes / (64 * static_cast<size_t>(n_threads)) * 64 * static_cast<size_t>(n_threads);
-  std::unique_ptr<uint8_t[]> raw(new (std::nothrow) uint8_t[bytes + 64]);
+  // Backed by huge pages where the OS allows, as the weights are: the ceiling is the best this
+  // machine streams memory.
+  std::unique_ptr<uint8_t[]> raw(new (std::nothrow) uint8_t[bytes + kHugePageBytes]);
   if (!raw) return 0.0;
-  uint8_t* buf = raw.get() + (64 - reinterpret_cast<uintptr_t>(raw.get()) % 64) % 64;
+  uint8_t* buf =
+      raw.get() +
+      (kHugePageBytes - reinterpret_cast<uintptr_t>(raw.get()) % kHugePageBytes) % kHugePageBytes;
+  AdviseHugePages(buf, bytes);
   for (size_t i = 0; i < bytes; i += 4096) buf[i] = static_cast<uint8_t>(i >> 12);  // fault in
   std::memset(buf, 1, bytes);
   ThreadPool pool(n_threads);
@@ -110,6 +116,8 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       LoadOptions lo;
       lo.kernels = &kernels;
       lo.repack = config.repack;
+      lo.huge_pages = config.huge_pages;
+      r.huge_pages = config.huge_pages;
       Stopwatch load_watch;
       POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(path, lo));
       r.load_ms = static_cast<double>(load_watch.elapsed_us()) / 1000.0;
@@ -223,6 +231,11 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       r.peak_rss_increase_bytes =
           static_cast<int64_t>(after.peak_rss_bytes) - static_cast<int64_t>(before.rss_bytes);
       r.session_bytes = session->memory_bytes();
+      if (const auto span = model->weights().decode_weight_span(); span.first != nullptr) {
+        r.huge_page_weight_fraction =
+            std::min(1.0, static_cast<double>(HugePageMappedBytes(span.first, span.second)) /
+                              static_cast<double>(span.second - span.first));
+      }
 
       // Bytes one decode step reads: every matrix once, plus the KV cache up to the position
       // (on average, the middle of the generated span).
@@ -253,8 +266,9 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
 
 std::string BenchMarkdownHeader() {
   return "| model | size | kernels | threads | pp t/s | tg t/s | load ms | peak RSS + | CPU s/run "
-         "| bandwidth GB/s | decode roofline t/s | roofline % | int8 peak GMAC/s | prefill % |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "| bandwidth GB/s | decode roofline t/s | roofline % | int8 peak GMAC/s | prefill % "
+         "| weights in huge pages |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 }
 
 std::string BenchMarkdownRow(const BenchResult& r) {
@@ -264,13 +278,17 @@ std::string BenchMarkdownRow(const BenchResult& r) {
   std::snprintf(
       buf, sizeof(buf),
       "| %s | %s | %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
-      "| %.1f | %.0f%% | %.0f | %.0f%% |\n",
+      "| %.1f | %.0f%% | %.0f | %.0f%% | %s |\n",
       name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads,
       r.prefill_tokens_per_s.median, r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max,
       r.decode_tokens_per_s.median, r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.load_ms,
       HumanBytes(static_cast<uint64_t>(std::max<int64_t>(0, r.peak_rss_increase_bytes))).c_str(),
       r.cpu_seconds, r.memory_bandwidth_gbps, r.decode_roofline_tokens_per_s,
-      100.0 * r.decode_roofline_fraction, r.int8_peak_gmacs, 100.0 * r.prefill_compute_fraction);
+      100.0 * r.decode_roofline_fraction, r.int8_peak_gmacs, 100.0 * r.prefill_compute_fraction,
+      r.huge_page_weight_fraction < 0
+          ? "-"
+          : StrCat(static_cast<int>(std::lround(100.0 * r.huge_page_weight_fraction)), "%")
+                .c_str());
   return buf;
 }
 
@@ -304,7 +322,8 @@ std::string BenchJson(const BenchResult& r) {
       buf, sizeof(buf),
       "{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, "
       "\"repetitions\": %d, \"kv_type\": \"%s\", \"file_bytes\": %llu, \"weight_bytes\": %llu, "
-      "\"repacked_bytes\": %llu, \"load_ms\": %.3f, "
+      "\"repacked_bytes\": %llu, \"huge_pages\": %s, \"huge_page_weight_fraction\": %.3f, "
+      "\"load_ms\": %.3f, "
       "\"prefill_tokens_per_s\": %.3f, \"prefill_tokens_per_s_min\": %.3f, "
       "\"prefill_tokens_per_s_max\": %.3f, \"decode_tokens_per_s\": %.3f, "
       "\"decode_tokens_per_s_min\": %.3f, \"decode_tokens_per_s_max\": %.3f, "
@@ -316,7 +335,8 @@ std::string BenchJson(const BenchResult& r) {
       model.c_str(), r.kernels.c_str(), r.threads, r.n_prompt, r.n_gen, r.repetitions,
       r.kv_type.c_str(), static_cast<unsigned long long>(r.file_bytes),
       static_cast<unsigned long long>(r.weight_bytes),
-      static_cast<unsigned long long>(r.repacked_bytes), r.load_ms, r.prefill_tokens_per_s.median,
+      static_cast<unsigned long long>(r.repacked_bytes), r.huge_pages ? "true" : "false",
+      r.huge_page_weight_fraction, r.load_ms, r.prefill_tokens_per_s.median,
       r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max, r.decode_tokens_per_s.median,
       r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.cpu_seconds,
       static_cast<long long>(r.peak_rss_increase_bytes),

@@ -24,6 +24,7 @@ struct BenchConfig {
   KvType kv_type = KvType::kF16;
   const KernelTable* kernels = nullptr;  // null: the best for this CPU
   bool repack = true;
+  bool huge_pages = true;  // LoadOptions::huge_pages (the stream ceiling always uses them)
   bool measure_ceilings = true;
   size_t bandwidth_buffer_bytes = size_t{1} << 30;   // larger than any cache
   std::function<void(const std::string&)> progress;  // one line per step (stderr in the CLI)
@@ -46,6 +47,10 @@ struct BenchResult {
   uint64_t file_bytes = 0;
   uint64_t weight_bytes = 0;  // matrices as the kernels read them
   uint64_t repacked_bytes = 0;
+  bool huge_pages = true;
+  // Of the matrices a decode step reads, the share the OS maps with huge pages (after the runs;
+  // from /proc/self/smaps, by mapping; -1 where unknown).
+  double huge_page_weight_fraction = -1;
   double load_ms = 0;
   Stat prefill_tokens_per_s, decode_tokens_per_s;
   double cpu_seconds = 0;  // median CPU time (all threads) of one pp + tg run
