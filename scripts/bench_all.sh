@@ -1,7 +1,8 @@
 #!/bin/bash
 # Reproduces the kernels table of docs/benchmarks.md: the pocket-0.3b and qwen3-0.6b presets
 # (synthetic weights, seed 1, the real Qwen3 tokenizer) at Q4_0, Q4_1, Q8_0 (GGUF) and as the INT4
-# g64 package, pp512 / tg128 on 1 and 2 threads, plus the INT4 package with --no-amx.
+# g64 package, pp512 / tg128 on 1 and 2 threads, plus the INT4 package with --no-amx, and the
+# INT4 package and Q4_0 GGUF with --no-huge-pages.
 # Models are made once into cache/models; results go to cache/bench/*.jsonl (one JSON object per
 # (model, threads)) and a markdown table on stdout. Usage: scripts/bench_all.sh [repetitions]
 set -euo pipefail
@@ -32,10 +33,13 @@ for preset in pocket-0.3b qwen3-0.6b; do
   for type in q4_0 q4_1 q8_0; do run "$preset-$type" "$models/$preset-$type.gguf"; done
 done
 run pocket-0.3b-int4-noamx "$models/pocket-0.3b-int4.pocket" --no-amx
+run pocket-0.3b-int4-nohuge "$models/pocket-0.3b-int4.pocket" --no-huge-pages
+run pocket-0.3b-q4_0-nohuge "$models/pocket-0.3b-q4_0.gguf" --no-huge-pages
 python3 - "$out" <<'PY'
 import glob, json, os, sys
-print("| model | threads | pp512 t/s | tg128 t/s | decode roofline | peak RSS + MB | session MB |")
-print("|---|---|---|---|---|---|---|")
+print("| model | threads | pp512 t/s | tg128 t/s | decode roofline | peak RSS + MB | session MB "
+      "| huge pages |")
+print("|---|---|---|---|---|---|---|---|")
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
     for line in open(f):
         j = json.loads(line)
@@ -43,5 +47,6 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
               f"({j['prefill_tokens_per_s_min']:.0f}-{j['prefill_tokens_per_s_max']:.0f}) | "
               f"{j['decode_tokens_per_s']:.1f} ({j['decode_tokens_per_s_min']:.1f}-"
               f"{j['decode_tokens_per_s_max']:.1f}) | {100 * j['decode_roofline_fraction']:.0f}% | "
-              f"{j['peak_rss_increase_bytes'] / 1e6:.1f} | {j.get('session_bytes', 0) / 1e6:.1f} |")
+              f"{j['peak_rss_increase_bytes'] / 1e6:.1f} | {j.get('session_bytes', 0) / 1e6:.1f} | "
+              f"{100 * j.get('huge_page_weight_fraction', -1):.0f}% |")
 PY
