@@ -164,6 +164,24 @@ TEST_P(KernelsTest, StreamReadSeesEveryByte) {
   }
 }
 
+// Wide matrices: several cache chunks of panels (over 1 MB of weights for 16-token blocks), and
+// rows too wide for a kernel's interleaved token block (more than 4096 columns), so the kernels
+// fall back to their other many-token path.
+TEST_P(KernelsTest, PackedGemmWideMatricesAreBitExact) {
+  const KernelTable& k = *GetParam();
+  for (int64_t cols : {4096, 4160}) {
+    const int64_t rows = 16 * 18, n_tokens = 17;
+    RandomPacked w(PackedCodes::kU8, 32, rows, cols, 31 + cols, cols == 4096);
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 32 + cols);
+    Quantized a(n_tokens, cols, 32);
+    reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+    std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 33), got = want;
+    reference::PackedGemm(w.m, a.rows, 1, 18, {want.data(), rows, Epilogue::kAccumulate});
+    k.packed_gemm(w.m, a.rows, 1, 18, {got.data(), rows, Epilogue::kAccumulate});
+    ASSERT_EQ(want, got) << k.name << " cols " << cols;
+  }
+}
+
 TEST_P(KernelsTest, PackedGemmSwiGluWithinTolerance) {
   const KernelTable& k = *GetParam();
   const int64_t rows = 128, cols = 256, n_tokens = 20;

@@ -302,6 +302,109 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
   if (p < panel_end) PanelRange<1>(w, geo, a, t, p, panel_end, out);  // odd count (never SwiGLU)
 }
 
+// ---- many-token path: blocks of 16 tokens --------------------------------------------------
+
+// Sixteen tokens' activations interleaved so that one cache line holds the same 4 columns of every
+// token (q[quad][token][4]), with their scales and sums transposed to [group][token]: the dot
+// products of a block then address every activation from one pointer with constant offsets, and
+// one unpacked weight vector serves 16 tokens.
+constexpr int kBlockTokens = 16;
+constexpr int64_t kMaxBlockCols = 4096;  // larger matrices use the 8-token path
+struct TokenBlock {
+  alignas(64) int8_t q[kMaxBlockCols * kBlockTokens];
+  alignas(64) float scale[kMaxBlockCols / 32 * kBlockTokens];
+  alignas(64) float sum[kMaxBlockCols / 32 * kBlockTokens];
+};
+
+void InterleaveTokens(const QuantizedRows& a, int64_t t0, TokenBlock* blk) {
+  const int64_t quads = a.cols / 4, n_groups = a.n_groups();
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(a.cols)));
+  const int8_t* base = a.q + t0 * a.cols;
+  for (int64_t q = 0; q < quads; ++q) {
+    _mm512_store_si512(blk->q + q * 64, _mm512_i32gather_epi32(rows, base + 4 * q, 1));
+  }
+  const __m512i grows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(n_groups)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    _mm512_store_ps(blk->scale + g * 16,
+                    _mm512_i32gather_ps(grows, a.scale + t0 * n_groups + g, 4));
+    _mm512_store_ps(blk->sum + g * 16, _mm512_i32gather_ps(grows, a.sum + t0 * n_groups + g, 4));
+  }
+}
+
+// Results of one panel for the 16 tokens of `blk` (acc[t]: 16 rows, in memory: sixteen integer
+// chains take the registers). Same operations per token as PanelTokens.
+template <bool kU4>
+inline void PanelBlock(const PanelGeometry& geo, const uint8_t* panel, const TokenBlock& blk,
+                       __m512* acc) {
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  for (int t = 0; t < kBlockTokens; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    const int8_t* aq = blk.q + g * geo.group * kBlockTokens;
+    __m512i iacc[kBlockTokens];
+    for (int t = 0; t < kBlockTokens; ++t) iacc[t] = _mm512_setzero_si512();
+    if constexpr (kU4) {
+      const int32_t half = geo.group / 8;
+      const int8_t* aq_hi = aq + half * 64;
+      for (int32_t i = 0; i < half; ++i) {
+        const __m512i v = _mm512_loadu_si512(block + 64 * i);
+        const __m512i lo = _mm512_and_si512(v, nib);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int t = 0; t < kBlockTokens; ++t) iacc[t] = DotBcast(iacc[t], lo, aq + 64 * i + 4 * t);
+        for (int t = 0; t < kBlockTokens; ++t) {
+          iacc[t] = DotBcast(iacc[t], hi, aq_hi + 64 * i + 4 * t);
+        }
+      }
+    } else {
+      const int32_t quads = geo.group / 4;
+      for (int32_t i = 0; i < quads; ++i) {
+        const __m512i v = _mm512_loadu_si512(block + 64 * i);
+        for (int t = 0; t < kBlockTokens; ++t) iacc[t] = DotBcast(iacc[t], v, aq + 64 * i + 4 * t);
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + geo.code_bytes)));
+    const __m512 m = geo.explicit_min
+                         ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                               reinterpret_cast<const __m256i*>(block + geo.code_bytes + 32)))
+                         : _mm512_mul_ps(_mm512_set1_ps(geo.neg_zero_point), d);
+    const float* s = blk.scale + g * kBlockTokens;
+    const float* sum = blk.sum + g * kBlockTokens;
+    for (int t = 0; t < kBlockTokens; ++t) {
+      acc[t] = AccumulateGroup(acc[t], iacc[t], d, m, s[t], sum[t]);
+    }
+  }
+}
+
+template <bool kU4>
+void BlockRange(const PackedMatrix& w, const PanelGeometry& geo, const TokenBlock& blk, int64_t t0,
+                int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  const int64_t rows = w.layout.rows;
+  alignas(64) __m512 acc[kBlockTokens], up[kBlockTokens];
+  if (out.epilogue == Epilogue::kSwiGlu) {
+    for (int64_t p = panel_begin; p < panel_end; p += 2) {
+      PanelBlock<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, blk, acc);
+      PanelBlock<kU4>(geo, w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, blk, up);
+      for (int t = 0; t < kBlockTokens; ++t) {
+        _mm512_storeu_ps(out.y + (t0 + t) * out.ld + (p / 2) * 16,
+                         _mm512_mul_ps(Silu(acc[t]), up[t]));
+      }
+    }
+    return;
+  }
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    PanelBlock<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, blk, acc);
+    for (int t = 0; t < kBlockTokens; ++t) StorePanel(out, t0 + t, p * 16, rows, acc[t]);
+  }
+}
+
+// Weight bytes of the panels the 16-token blocks pass over before moving on (kept in L2).
+constexpr size_t kBlockChunkBytes = size_t{1} << 20;
+
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                 int64_t panel_end, const GemmOut& out) {
   const PanelGeometry geo = Geometry(w.layout);
@@ -316,11 +419,30 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
   // Panels in chunks that stay in cache while every token passes over them (blocks of 4 tokens
   // share each weight load from L1); the decode step (one token) streams instead. An even chunk
   // keeps SwiGLU (gate, up) pairs together.
+  int64_t t_begin = 0;
+  if (a.n_tokens >= kBlockTokens && a.cols <= kMaxBlockCols) {
+    TokenBlock blk;
+    const int64_t block_chunk = std::max<int64_t>(
+        2, static_cast<int64_t>(kBlockChunkBytes / geo.panel_bytes) & ~int64_t{1});
+    t_begin = a.n_tokens / kBlockTokens * kBlockTokens;
+    for (int64_t c0 = panel_begin; c0 < panel_end; c0 += block_chunk) {
+      const int64_t c1 = std::min(panel_end, c0 + block_chunk);
+      for (int64_t t = 0; t < t_begin; t += kBlockTokens) {
+        InterleaveTokens(a, t, &blk);
+        if (geo.u4) {
+          BlockRange<true>(w, geo, blk, t, c0, c1, out);
+        } else {
+          BlockRange<false>(w, geo, blk, t, c0, c1, out);
+        }
+      }
+    }
+    if (t_begin == a.n_tokens) return;
+  }
   const int64_t chunk =
       std::max<int64_t>(2, static_cast<int64_t>(kGemmChunkBytes / geo.panel_bytes) & ~int64_t{1});
   for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
     const int64_t c1 = std::min(panel_end, c0 + chunk);
-    int64_t t = 0;
+    int64_t t = t_begin;
     for (; t + 8 <= a.n_tokens; t += 8) PanelRange<8>(w, geo, a, t, c0, c1, out);
     for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, c0, c1, out);
     for (; t < a.n_tokens; ++t) PanelRange<1>(w, geo, a, t, c0, c1, out);
