@@ -37,16 +37,19 @@ run pocket-0.3b-int4-nohuge "$models/pocket-0.3b-int4.pocket" --no-huge-pages
 run pocket-0.3b-q4_0-nohuge "$models/pocket-0.3b-q4_0.gguf" --no-huge-pages
 python3 - "$out" <<'PY'
 import glob, json, os, sys
-print("| model | threads | pp512 t/s | tg128 t/s | decode roofline | peak RSS + MB | session MB "
-      "| huge pages |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | threads | pp512 t/s | tg128 t/s | stream GB/s | decode roofline "
+      "| prefetched read GB/s (roofline) | peak RSS + MB | session MB | huge pages |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
     for line in open(f):
         j = json.loads(line)
         print(f"| {os.path.basename(f)[:-6]} | {j['threads']} | {j['prefill_tokens_per_s']:.0f} "
               f"({j['prefill_tokens_per_s_min']:.0f}-{j['prefill_tokens_per_s_max']:.0f}) | "
               f"{j['decode_tokens_per_s']:.1f} ({j['decode_tokens_per_s_min']:.1f}-"
-              f"{j['decode_tokens_per_s_max']:.1f}) | {100 * j['decode_roofline_fraction']:.0f}% | "
+              f"{j['decode_tokens_per_s_max']:.1f}) | {j['memory_bandwidth_gbps']:.1f} | "
+              f"{100 * j['decode_roofline_fraction']:.0f}% | "
+              f"{j.get('memory_bandwidth_prefetched_gbps', 0):.1f} "
+              f"({100 * j.get('decode_prefetched_roofline_fraction', 0):.0f}%) | "
               f"{j['peak_rss_increase_bytes'] / 1e6:.1f} | {j.get('session_bytes', 0) / 1e6:.1f} | "
               f"{100 * j.get('huge_page_weight_fraction', -1):.0f}% |")
 PY

@@ -49,7 +49,8 @@ for line in open(sys.argv[2]):
     print(f"bench, {b['threads']} thread(s): prefill {b['prefill_tokens_per_s']:.0f} tokens/s "
           f"({100 * b['prefill_compute_fraction']:.0f}% of int8 peak), decode "
           f"{b['decode_tokens_per_s']:.1f} tokens/s ({100 * b['decode_roofline_fraction']:.0f}% of "
-          f"the {b['decode_roofline_tokens_per_s']:.0f} tokens/s roofline), peak RSS +"
+          f"the {b['decode_roofline_tokens_per_s']:.0f} tokens/s roofline of a plain stream read, "
+          f"{100 * b['decode_prefetched_roofline_fraction']:.0f}% of a prefetched one), peak RSS +"
           f"{b['peak_rss_increase_bytes'] / 1e6:.0f} MB, {b['kernels']} kernels")
 print(f"model file:        {r['file_bytes'] / 1e6:.1f} MB")
 print(f"load:              {r['load_ms']:.1f} ms")

@@ -156,11 +156,19 @@ TEST_P(KernelsTest, PrefillGemmIsBitExact) {
 
 TEST_P(KernelsTest, StreamReadSeesEveryByte) {
   const KernelTable& k = *GetParam();
-  for (size_t n : {size_t{64}, size_t{320}, size_t{4096 + 192}}) {
-    std::vector<uint8_t> buf(n, 7);
-    const uint64_t a = k.stream_read(buf.data(), n);
-    buf[n - 1] ^= 0x5a;
-    EXPECT_NE(a, k.stream_read(buf.data(), n)) << k.name << " ignores the last byte of " << n;
+  for (auto read : {k.stream_read, k.stream_read_prefetched}) {
+    if (read == nullptr) continue;
+    for (size_t n : {size_t{64}, size_t{320}, size_t{4096 + 192}}) {
+      // The first, a middle (where a second stream may start) and the last byte.
+      for (size_t at : {size_t{0}, n / 2, n - 1}) {
+        std::vector<uint8_t> buf(n, 7);
+        const uint64_t a = read(buf.data(), n);
+        buf[at] ^= 0x5a;
+        EXPECT_NE(a, read(buf.data(), n))
+            << k.name << (read == k.stream_read ? " stream_read" : " stream_read_prefetched")
+            << " ignores byte " << at << " of " << n;
+      }
+    }
   }
 }
 

@@ -31,9 +31,9 @@ Stat Summarize(std::vector<double> v) {
   return s;
 }
 
-// Read bandwidth with n_threads threads, each streaming its own slice of one large buffer; the
-// median of several passes, in GB/s.
-double MeasureBandwidth(const KernelTable& k, int32_t n_threads, size_t bytes) {
+// Read bandwidth with n_threads threads, each streaming its own slice of one large buffer with
+// `read`; the median of several passes, in GB/s.
+double MeasureBandwidth(uint64_t (*read)(const uint8_t*, size_t), int32_t n_threads, size_t bytes) {
   bytes = bytes / (64 * static_cast<size_t>(n_threads)) * 64 * static_cast<size_t>(n_threads);
   // Backed by huge pages where the OS allows, as the weights are: the ceiling is the best this
   // machine streams memory.
@@ -52,7 +52,7 @@ double MeasureBandwidth(const KernelTable& k, int32_t n_threads, size_t bytes) {
   for (int pass = 0; pass < 7; ++pass) {
     std::vector<uint64_t> out(static_cast<size_t>(n_threads));
     Stopwatch w;
-    pool.Run([&](int t) { out[static_cast<size_t>(t)] = k.stream_read(buf + t * slice, slice); });
+    pool.Run([&](int t) { out[static_cast<size_t>(t)] = read(buf + t * slice, slice); });
     const double s = w.elapsed_s();
     for (uint64_t v : out) sink ^= v;
     if (pass > 0) gbps.push_back(static_cast<double>(bytes) / s / 1e9);  // pass 0 warms up
@@ -76,6 +76,7 @@ double MeasureInt8Peak(const KernelTable& k, int32_t n_threads) {
 
 struct Ceilings {
   double bandwidth_gbps = 0;
+  double prefetched_bandwidth_gbps = 0;
   double int8_macs = 0;
 };
 
@@ -96,7 +97,12 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
     for (int32_t t : config.threads) {
       say(StrCat("ceilings: memory bandwidth and int8 peak with ", t, " thread(s) (", kernels.name,
                  ")"));
-      ceilings[t].bandwidth_gbps = MeasureBandwidth(kernels, t, config.bandwidth_buffer_bytes);
+      ceilings[t].bandwidth_gbps =
+          MeasureBandwidth(kernels.stream_read, t, config.bandwidth_buffer_bytes);
+      if (kernels.stream_read_prefetched != nullptr) {
+        ceilings[t].prefetched_bandwidth_gbps =
+            MeasureBandwidth(kernels.stream_read_prefetched, t, config.bandwidth_buffer_bytes);
+      }
       ceilings[t].int8_macs = MeasureInt8Peak(kernels, t);
     }
   }
@@ -254,6 +260,12 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
         r.memory_bandwidth_gbps = it->second.bandwidth_gbps;
         r.decode_roofline_tokens_per_s = r.memory_bandwidth_gbps * 1e9 / r.decode_bytes_per_token;
         r.decode_roofline_fraction = r.decode_tokens_per_s.median / r.decode_roofline_tokens_per_s;
+        r.memory_bandwidth_prefetched_gbps = it->second.prefetched_bandwidth_gbps;
+        if (r.memory_bandwidth_prefetched_gbps > 0) {
+          r.decode_prefetched_roofline_fraction = r.decode_tokens_per_s.median *
+                                                  r.decode_bytes_per_token /
+                                                  (r.memory_bandwidth_prefetched_gbps * 1e9);
+        }
         r.int8_peak_gmacs = it->second.int8_macs / 1e9;
         r.prefill_compute_fraction =
             r.prefill_tokens_per_s.median * r.prefill_macs_per_token / it->second.int8_macs;
@@ -266,9 +278,9 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
 
 std::string BenchMarkdownHeader() {
   return "| model | size | kernels | threads | pp t/s | tg t/s | load ms | peak RSS + | CPU s/run "
-         "| bandwidth GB/s | decode roofline t/s | roofline % | int8 peak GMAC/s | prefill % "
-         "| weights in huge pages |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "| bandwidth GB/s | decode roofline t/s | roofline % | prefetched read GB/s (%) "
+         "| int8 peak GMAC/s | prefill % | weights in huge pages |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 }
 
 std::string BenchMarkdownRow(const BenchResult& r) {
@@ -278,13 +290,15 @@ std::string BenchMarkdownRow(const BenchResult& r) {
   std::snprintf(
       buf, sizeof(buf),
       "| %s | %s | %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
-      "| %.1f | %.0f%% | %.0f | %.0f%% | %s |\n",
+      "| %.1f | %.0f%% | %.1f (%.0f%%) | %.0f | %.0f%% | %s |\n",
       name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads,
       r.prefill_tokens_per_s.median, r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max,
       r.decode_tokens_per_s.median, r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.load_ms,
       HumanBytes(static_cast<uint64_t>(std::max<int64_t>(0, r.peak_rss_increase_bytes))).c_str(),
       r.cpu_seconds, r.memory_bandwidth_gbps, r.decode_roofline_tokens_per_s,
-      100.0 * r.decode_roofline_fraction, r.int8_peak_gmacs, 100.0 * r.prefill_compute_fraction,
+      100.0 * r.decode_roofline_fraction, r.memory_bandwidth_prefetched_gbps,
+      100.0 * r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs,
+      100.0 * r.prefill_compute_fraction,
       r.huge_page_weight_fraction < 0
           ? "-"
           : StrCat(static_cast<int>(std::lround(100.0 * r.huge_page_weight_fraction)), "%")
@@ -330,6 +344,7 @@ std::string BenchJson(const BenchResult& r) {
       "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, \"session_bytes\": %llu, "
       "\"memory_bandwidth_gbps\": %.3f, \"decode_bytes_per_token\": %.0f, "
       "\"decode_roofline_tokens_per_s\": %.3f, \"decode_roofline_fraction\": %.4f, "
+      "\"memory_bandwidth_prefetched_gbps\": %.3f, \"decode_prefetched_roofline_fraction\": %.4f, "
       "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %.0f, "
       "\"prefill_compute_fraction\": %.4f}",
       model.c_str(), r.kernels.c_str(), r.threads, r.n_prompt, r.n_gen, r.repetitions,
@@ -342,7 +357,8 @@ std::string BenchJson(const BenchResult& r) {
       static_cast<long long>(r.peak_rss_increase_bytes),
       static_cast<unsigned long long>(r.session_bytes), r.memory_bandwidth_gbps,
       r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
-      r.int8_peak_gmacs, r.prefill_macs_per_token, r.prefill_compute_fraction);
+      r.memory_bandwidth_prefetched_gbps, r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs,
+      r.prefill_macs_per_token, r.prefill_compute_fraction);
   std::string out = buf;
   if (r.constrained) {
     out.pop_back();  // the closing brace

@@ -61,6 +61,10 @@ struct BenchResult {
   double decode_bytes_per_token = 0;
   double decode_roofline_tokens_per_s = 0;
   double decode_roofline_fraction = 0;
+  // The same with the bandwidth of the prefetched two-stream read (KernelTable::
+  // stream_read_prefetched; 0 where the table has none): what decode could reach at most.
+  double memory_bandwidth_prefetched_gbps = 0;
+  double decode_prefetched_roofline_fraction = 0;
   double int8_peak_gmacs = 0;
   double prefill_macs_per_token = 0;
   double prefill_compute_fraction = 0;

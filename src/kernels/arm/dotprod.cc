@@ -153,6 +153,7 @@ const KernelTable& DotprodKernels() {
       .kv_store = arm::neon::KvStore,
       .attention = arm::neon::Attention,
       .stream_read = arm::neon::StreamRead,
+      .stream_read_prefetched = arm::neon::StreamReadPrefetched,
       .int8_peak = arm::Int8Peak,
   };
   return kTable;

@@ -282,6 +282,33 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
   return vgetq_lane_u64(x, 0) ^ vgetq_lane_u64(x, 1);
 }
 
+// Two halves at once, each with a prefetch 2 KB ahead (PRFM never faults, past the end too).
+uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
+  constexpr size_t kAhead = 2048;
+  const size_t half = n_bytes / 128 * 64;  // bytes of each stream, a multiple of 64
+  const uint8_t* second = data + half;
+  uint8x16_t a0 = vdupq_n_u8(0), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < half; i += 64) {
+    __builtin_prefetch(data + i + kAhead);
+    __builtin_prefetch(second + i + kAhead);
+    const uint8x16x4_t v = vld1q_u8_x4(data + i);
+    const uint8x16x4_t w = vld1q_u8_x4(second + i);
+    a0 = veorq_u8(a0, veorq_u8(v.val[0], w.val[0]));
+    a1 = veorq_u8(a1, veorq_u8(v.val[1], w.val[1]));
+    a2 = veorq_u8(a2, veorq_u8(v.val[2], w.val[2]));
+    a3 = veorq_u8(a3, veorq_u8(v.val[3], w.val[3]));
+  }
+  if (2 * half + 64 <= n_bytes) {  // the tail: one line
+    const uint8x16x4_t v = vld1q_u8_x4(data + 2 * half);
+    a0 = veorq_u8(a0, v.val[0]);
+    a1 = veorq_u8(a1, v.val[1]);
+    a2 = veorq_u8(a2, v.val[2]);
+    a3 = veorq_u8(a3, v.val[3]);
+  }
+  const uint64x2_t x = vreinterpretq_u64_u8(veorq_u8(veorq_u8(a0, a1), veorq_u8(a2, a3)));
+  return vgetq_lane_u64(x, 0) ^ vgetq_lane_u64(x, 1);
+}
+
 double Int8Peak(double seconds) {
   // Twelve independent SMLAL chains (8 int8 multiply-adds each, the packed matmul's instruction
   // here) in named registers, operands opaque to the compiler so nothing folds.
@@ -332,6 +359,7 @@ const KernelTable& NeonKernels() {
       .kv_store = arm::neon::KvStore,
       .attention = arm::neon::Attention,
       .stream_read = arm::neon::StreamRead,
+      .stream_read_prefetched = arm::neon::StreamReadPrefetched,
       .int8_peak = arm::neon::Int8Peak,
   };
   return kTable;

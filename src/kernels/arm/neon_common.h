@@ -259,6 +259,7 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
              const float* v, int64_t ldv);
 void Attention(const AttentionTask& task, float* scratch);
 uint64_t StreamRead(const uint8_t* data, size_t n_bytes);
+uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes);
 }  // namespace neon
 
 }  // namespace arm

@@ -213,6 +213,33 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
          static_cast<uint64_t>(_mm_extract_epi64(h, 1));
 }
 
+// Two halves at once, each with software prefetch 2 KB ahead (prefetches past the end never fault).
+uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
+  constexpr size_t kAhead = 2048;
+  const size_t half = n_bytes / 128 * 64;  // bytes of each stream, a multiple of 64
+  const uint8_t* second = data + half;
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < half; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(data + i + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(second + i + kAhead), _MM_HINT_T0);
+    a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + i)));
+    a3 =
+        _mm256_xor_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second + i + 32)));
+  }
+  if (2 * half + 64 <= n_bytes) {  // the tail: one line
+    a0 =
+        _mm256_xor_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + 2 * half)));
+    a1 = _mm256_xor_si256(
+        a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + 2 * half + 32)));
+  }
+  const __m256i v = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  const __m128i h = _mm_xor_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(h)) ^
+         static_cast<uint64_t>(_mm_extract_epi64(h, 1));
+}
+
 double Int8Peak(double seconds) {
   // The packed matmul's inner step: VPMADDUBSW (32 byte products, pairwise int16 sums), VPMADDWD
   // with ones (int32 sums), VPADDD into an accumulator. Eight independent chains in named
@@ -269,6 +296,7 @@ const KernelTable& Avx2Kernels() {
       .kv_store = avx2::KvStore,
       .attention = avx2::Attention,
       .stream_read = avx2::StreamRead,
+      .stream_read_prefetched = avx2::StreamReadPrefetched,
       .int8_peak = avx2::Int8Peak,
   };
   return kTable;
