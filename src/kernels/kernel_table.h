@@ -177,9 +177,10 @@ struct KernelTable {
   // reads n_bytes (a multiple of 64) as fast as possible and returns a value that depends on every
   // byte, so the reads cannot be optimized away;
   uint64_t (*stream_read)(const uint8_t* data, size_t n_bytes);
-  // the same bytes read as two halves at once with software prefetch a few KB ahead of each, the
-  // access pattern of the decode kernels (null where the table has none). Plain sequential reads
-  // are the usual stream figure; this is the most this machine was seen to stream;
+  // the same bytes read as two halves at once with software prefetch a few KB ahead of each (the
+  // x86 decode kernels' pattern: AVX-512 2 KB ahead, AVX2 4 KB; null where the table has none).
+  // Plain sequential reads are the usual stream figure; on the development machine this one
+  // streams more;
   uint64_t (*stream_read_prefetched)(const uint8_t* data, size_t n_bytes) = nullptr;
   // runs int8 multiply-adds from registers only (the instruction the packed matmul uses: VNNI dot
   // products, AMX tiles, ...) for about `seconds` on the calling thread; returns MACs per second.

@@ -88,20 +88,23 @@ TEST_P(KernelsTest, PackedGemmIsBitExact) {
   for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
     for (int32_t group : {32, 64, 128}) {
       for (int64_t n_tokens : {1, 3, 16, 37}) {
-        const int64_t rows = 80, cols = 512;
-        RandomPacked w(codes, group, rows, cols, 5 + group, /*explicit_min=*/n_tokens != 3);
-        std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 17 + n_tokens);
-        Quantized a(n_tokens, cols, group);
-        reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
-        for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
-          const int64_t ld = rows + 3;
-          std::vector<float> want = Random(static_cast<size_t>(n_tokens * ld), 99);
-          std::vector<float> got = want;
-          // Panels [1, 4): rows 16..63 only; the rest must stay untouched.
-          reference::PackedGemm(w.m, a.rows, 1, 4, {want.data(), ld, e});
-          k.packed_gemm(w.m, a.rows, 1, 4, {got.data(), ld, e});
-          ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " group " << group
-                               << " tokens " << n_tokens << " epilogue " << int(e);
+        for (bool explicit_min : {true, false}) {
+          const int64_t rows = 80, cols = 512;
+          RandomPacked w(codes, group, rows, cols, 5 + group, explicit_min);
+          std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 17 + n_tokens);
+          Quantized a(n_tokens, cols, group);
+          reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+          for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+            const int64_t ld = rows + 3;
+            std::vector<float> want = Random(static_cast<size_t>(n_tokens * ld), 99);
+            std::vector<float> got = want;
+            // Panels [1, 4): rows 16..63 only; the rest must stay untouched.
+            reference::PackedGemm(w.m, a.rows, 1, 4, {want.data(), ld, e});
+            k.packed_gemm(w.m, a.rows, 1, 4, {got.data(), ld, e});
+            ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " group " << group
+                                 << " tokens " << n_tokens << " epilogue " << int(e) << " min "
+                                 << explicit_min;
+          }
         }
       }
     }
@@ -187,6 +190,32 @@ TEST_P(KernelsTest, PackedGemmWideMatricesAreBitExact) {
     reference::PackedGemm(w.m, a.rows, 1, 18, {want.data(), rows, Epilogue::kAccumulate});
     k.packed_gemm(w.m, a.rows, 1, 18, {got.data(), rows, Epilogue::kAccumulate});
     ASSERT_EQ(want, got) << k.name << " cols " << cols;
+  }
+}
+
+// SwiGLU over many tokens (blocks of 16 and the rest, several chunks, panels not starting at 0)
+// equals the same table run one token at a time, bit for bit: the per-token operations do not
+// depend on how tokens are grouped.
+TEST_P(KernelsTest, PackedGemmSwiGluManyTokensMatchOneAtATime) {
+  const KernelTable& k = *GetParam();
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    const int64_t rows = 16 * 40, cols = 4096, n_tokens = 33;
+    RandomPacked w(codes, 64, rows, cols, 41, codes == PackedCodes::kU4);
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 42, 4.0f);
+    Quantized a(n_tokens, cols, 64);
+    reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+    const int64_t ld = rows / 2;
+    std::vector<float> all(static_cast<size_t>(n_tokens * ld), 0.0f), one = all;
+    k.packed_gemm(w.m, a.rows, 2, 38, {all.data(), ld, Epilogue::kSwiGlu});
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      QuantizedRows row = a.rows;
+      row.q += t * cols;
+      row.scale += t * (cols / 64);
+      row.sum += t * (cols / 64);
+      row.n_tokens = 1;
+      k.packed_gemm(w.m, row, 2, 38, {one.data() + t * ld, ld, Epilogue::kSwiGlu});
+    }
+    ASSERT_EQ(all, one) << k.name << " codes " << int(codes);
   }
 }
 

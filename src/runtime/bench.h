@@ -62,7 +62,8 @@ struct BenchResult {
   double decode_roofline_tokens_per_s = 0;
   double decode_roofline_fraction = 0;
   // The same with the bandwidth of the prefetched two-stream read (KernelTable::
-  // stream_read_prefetched; 0 where the table has none): what decode could reach at most.
+  // stream_read_prefetched, the x86 decode kernels' pattern; 0 where the table has none): the
+  // tighter bound where it reads more than the plain stream.
   double memory_bandwidth_prefetched_gbps = 0;
   double decode_prefetched_roofline_fraction = 0;
   double int8_peak_gmacs = 0;

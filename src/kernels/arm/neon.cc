@@ -282,7 +282,8 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
   return vgetq_lane_u64(x, 0) ^ vgetq_lane_u64(x, 1);
 }
 
-// Two halves at once, each with a prefetch 2 KB ahead (PRFM never faults, past the end too).
+// Two halves at once, each with a prefetch 2 KB ahead (PRFM never faults, past the end too). The
+// NEON decode kernels do not prefetch yet: this is the pattern to compare them with.
 uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
   constexpr size_t kAhead = 2048;
   const size_t half = n_bytes / 128 * 64;  // bytes of each stream, a multiple of 64

@@ -213,9 +213,10 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
          static_cast<uint64_t>(_mm_extract_epi64(h, 1));
 }
 
-// Two halves at once, each with software prefetch 2 KB ahead (prefetches past the end never fault).
+// Two halves at once, each with software prefetch 4 KB ahead as the AVX2 decode kernel does
+// (prefetches past the end never fault).
 uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
-  constexpr size_t kAhead = 2048;
+  constexpr size_t kAhead = 4096;
   const size_t half = n_bytes / 128 * 64;  // bytes of each stream, a multiple of 64
   const uint8_t* second = data + half;
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;

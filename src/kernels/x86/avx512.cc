@@ -307,7 +307,7 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
 // Sixteen tokens' activations interleaved so that one cache line holds the same 4 columns of every
 // token (q[quad][token][4]), with their scales and sums transposed to [group][token]: the dot
 // products of a block then address every activation from one pointer with constant offsets, and
-// one unpacked weight vector serves 16 tokens.
+// one loaded weight vector serves 16 tokens (u4: 32 dot products, its low and high nibbles).
 constexpr int kBlockTokens = 16;
 constexpr int64_t kMaxBlockCols = 4096;  // larger matrices use the 8-token path
 struct TokenBlock {
@@ -405,6 +405,29 @@ void BlockRange(const PackedMatrix& w, const PanelGeometry& geo, const TokenBloc
 // Weight bytes of the panels the 16-token blocks pass over before moving on (kept in L2).
 constexpr size_t kBlockChunkBytes = size_t{1} << 20;
 
+// Tokens [0, n_blocked) (a multiple of 16) in blocks of 16, panels in chunks of about
+// kBlockChunkBytes (an even count: SwiGLU pairs stay together). Not inlined: its 80 KB block stays
+// off the stack of the decode and few-token calls.
+__attribute__((noinline)) void BlockedTokens(const PackedMatrix& w, const PanelGeometry& geo,
+                                             const QuantizedRows& a, int64_t n_blocked,
+                                             int64_t panel_begin, int64_t panel_end,
+                                             const GemmOut& out) {
+  TokenBlock blk;
+  const int64_t block_chunk =
+      std::max<int64_t>(2, static_cast<int64_t>(kBlockChunkBytes / geo.panel_bytes) & ~int64_t{1});
+  for (int64_t c0 = panel_begin; c0 < panel_end; c0 += block_chunk) {
+    const int64_t c1 = std::min(panel_end, c0 + block_chunk);
+    for (int64_t t = 0; t < n_blocked; t += kBlockTokens) {
+      InterleaveTokens(a, t, &blk);
+      if (geo.u4) {
+        BlockRange<true>(w, geo, blk, t, c0, c1, out);
+      } else {
+        BlockRange<false>(w, geo, blk, t, c0, c1, out);
+      }
+    }
+  }
+}
+
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                 int64_t panel_end, const GemmOut& out) {
   const PanelGeometry geo = Geometry(w.layout);
@@ -416,28 +439,15 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
     }
     return;
   }
-  // Panels in chunks that stay in cache while every token passes over them (blocks of 4 tokens
-  // share each weight load from L1); the decode step (one token) streams instead. An even chunk
-  // keeps SwiGLU (gate, up) pairs together.
+  // Whole blocks of 16 tokens first (rows of at most kMaxBlockCols columns), then the rest.
   int64_t t_begin = 0;
   if (a.n_tokens >= kBlockTokens && a.cols <= kMaxBlockCols) {
-    TokenBlock blk;
-    const int64_t block_chunk = std::max<int64_t>(
-        2, static_cast<int64_t>(kBlockChunkBytes / geo.panel_bytes) & ~int64_t{1});
     t_begin = a.n_tokens / kBlockTokens * kBlockTokens;
-    for (int64_t c0 = panel_begin; c0 < panel_end; c0 += block_chunk) {
-      const int64_t c1 = std::min(panel_end, c0 + block_chunk);
-      for (int64_t t = 0; t < t_begin; t += kBlockTokens) {
-        InterleaveTokens(a, t, &blk);
-        if (geo.u4) {
-          BlockRange<true>(w, geo, blk, t, c0, c1, out);
-        } else {
-          BlockRange<false>(w, geo, blk, t, c0, c1, out);
-        }
-      }
-    }
+    BlockedTokens(w, geo, a, t_begin, panel_begin, panel_end, out);
     if (t_begin == a.n_tokens) return;
   }
+  // Panels in chunks that stay in L1 while the remaining tokens pass over them (blocks of up to 8
+  // tokens share each weight load). An even chunk keeps SwiGLU (gate, up) pairs together.
   const int64_t chunk =
       std::max<int64_t>(2, static_cast<int64_t>(kGemmChunkBytes / geo.panel_bytes) & ~int64_t{1});
   for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
@@ -565,6 +575,15 @@ double LogSumExp(const float* x, int64_t n) {
 
 // ---- machine ceilings ---------------------------------------------------------------------------
 
+// The XOR of the 8 lanes: every bit of every lane reaches the result (an OR would hide a flipped
+// bit that another lane has set).
+inline uint64_t XorLanes(__m512i x) {
+  const __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+  const __m128i q = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(q)) ^
+         static_cast<uint64_t>(_mm_extract_epi64(q, 1));
+}
+
 uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 256 <= n_bytes; i += 256) {
@@ -577,7 +596,7 @@ uint64_t StreamRead(const uint8_t* data, size_t n_bytes) {
     a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(data + i));
   }
   const __m512i x = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-  return static_cast<uint64_t>(_mm512_reduce_or_epi64(x));
+  return XorLanes(x);
 }
 
 uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
@@ -599,7 +618,7 @@ uint64_t StreamReadPrefetched(const uint8_t* data, size_t n_bytes) {
     a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(data + i));
   }
   const __m512i x = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-  return static_cast<uint64_t>(_mm512_reduce_or_epi64(x));
+  return XorLanes(x);
 }
 
 double Int8Peak(double seconds) {
