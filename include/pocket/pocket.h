@@ -3,7 +3,21 @@
  * Handles are opaque. Every fallible call returns a pocket_status and, when `err` is not NULL,
  * fills it with the code and a message a user can act on. No exceptions cross this boundary and
  * nothing here uses global state: a pocket_model may be shared by any number of sessions on any
- * threads; a pocket_session is used by one thread at a time, except pocket_session_cancel. */
+ * threads; a pocket_session is used by one thread at a time, except pocket_session_cancel.
+ *
+ * Lifetimes. Free a model after all of its sessions (pocket_session_free, then
+ * pocket_model_free). Strings the library returns are owned by it: pocket_version and
+ * pocket_status_name return static strings; label names (pocket_model_label,
+ * pocket_label_score.label) live as long as their model. The text passed to a pocket_text_callback
+ * is valid only during that call. Everything the caller passes in (prompts, messages, params and
+ * the arrays they point to) is read during the call only and may be freed when it returns.
+ * A NULL params pointer means the defaults (the matching *_default_params()); start from those
+ * functions rather than zeroed structs, since zero is not every field's default.
+ *
+ * Special tokens. Text from the caller (prompts, message contents, candidates) is tokenized with
+ * special-token strings such as "<|im_end|>" read as plain text unless parse_special is true, so
+ * user input cannot inject control tokens. A chat template's own control tokens are always
+ * special. (pocket_tokenize and pocket_classify take or document their own rule.) */
 #ifndef POCKET_POCKET_H_
 #define POCKET_POCKET_H_
 
@@ -15,8 +29,16 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
+/* On Windows, users import the DLL's symbols; the library's build defines POCKET_BUILDING_LIBRARY
+ * to export them. Define POCKET_STATIC when linking a static build. */
+#if defined(POCKET_STATIC)
+#define POCKET_API
+#elif defined(_WIN32)
+#if defined(POCKET_BUILDING_LIBRARY)
 #define POCKET_API __declspec(dllexport)
+#else
+#define POCKET_API __declspec(dllimport)
+#endif
 #else
 #define POCKET_API __attribute__((visibility("default")))
 #endif
@@ -44,6 +66,13 @@ typedef struct pocket_error {
 typedef struct pocket_model pocket_model;
 typedef struct pocket_session pocket_session;
 
+/* One turn of a conversation, formatted with the model's chat template (its Jinja source in the
+ * model; the ChatML family of Qwen2, Qwen2.5 and Qwen3 is supported, others are an error). */
+typedef struct pocket_chat_message {
+  const char* role;    /* "system", "user" or "assistant" */
+  const char* content; /* UTF-8, NUL-terminated */
+} pocket_chat_message;
+
 POCKET_API const char* pocket_version(void);
 POCKET_API const char* pocket_status_name(pocket_status status);
 
@@ -53,7 +82,10 @@ typedef struct pocket_model_params {
 } pocket_model_params;
 
 POCKET_API pocket_model_params pocket_model_default_params(void);
-/* path: a GGUF file, a Hugging Face directory or a llama2.c checkpoint. */
+/* path: a .pocket file (pocket's own format, made by `pocket convert`: weights, tokenizer, chat
+ * template and an optional classification head in one memory-mappable file), a GGUF file, a
+ * Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint
+ * (which has no tokenizer inside: pass tokenizer_path). */
 POCKET_API pocket_status pocket_model_load(const char* path, const pocket_model_params* params,
                                            pocket_model** out_model, pocket_error* err);
 POCKET_API void pocket_model_free(pocket_model* model);
@@ -67,6 +99,16 @@ POCKET_API int32_t pocket_model_context_length(const pocket_model* model);
 POCKET_API pocket_status pocket_tokenize(const pocket_model* model, const char* text,
                                          size_t text_len, bool parse_special, int32_t* ids,
                                          size_t capacity, size_t* n_ids, pocket_error* err);
+/* The tokens pocket_generate and pocket_score evaluate for a conversation: the messages formatted
+ * with the model's chat template (generation prompt appended; BOS first when the tokenizer adds
+ * one), special-token strings in their content recognised only when parse_special is true.
+ * Buffer rules as pocket_tokenize; a model without a chat template gives
+ * POCKET_ERR_FAILED_PRECONDITION. */
+POCKET_API pocket_status pocket_tokenize_chat(const pocket_model* model,
+                                              const pocket_chat_message* messages,
+                                              size_t n_messages, bool enable_thinking,
+                                              bool parse_special, int32_t* ids, size_t capacity,
+                                              size_t* n_ids, pocket_error* err);
 /* Writes the bytes of the ids (not NUL-terminated); *n_bytes receives the size needed. */
 POCKET_API pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids,
                                            size_t n_ids, char* text, size_t capacity,
@@ -74,8 +116,9 @@ POCKET_API pocket_status pocket_detokenize(const pocket_model* model, const int3
 
 /* ---- sessions ---- */
 typedef struct pocket_session_params {
-  int32_t n_ctx;   /* context tokens (default 4096, clamped to the model's) */
-  int32_t n_batch; /* prefill chunk (default 512) */
+  int32_t n_ctx;     /* context tokens (default 4096, clamped to the model's) */
+  int32_t n_batch;   /* prefill chunk (default 512) */
+  int32_t n_threads; /* compute threads of this session: 0 = one per hardware thread (default) */
 } pocket_session_params;
 
 POCKET_API pocket_session_params pocket_session_default_params(void);
@@ -83,10 +126,21 @@ POCKET_API pocket_status pocket_session_create(const pocket_model* model,
                                                const pocket_session_params* params,
                                                pocket_session** out_session, pocket_error* err);
 POCKET_API void pocket_session_free(pocket_session* session);
-/* Thread-safe: a running pocket_generate on this session stops within one token. */
+/* The session's compute threads (n_threads resolved: never 0). */
+POCKET_API int32_t pocket_session_n_threads(const pocket_session* session);
+/* Thread-safe (any thread may call it while another uses the session). One call stops one
+ * pocket_generate, pocket_score or pocket_classify: the one running now (generate within one
+ * token or one prefill chunk, with stop reason POCKET_STOP_CANCELLED; score and classify between
+ * prefill chunks, with POCKET_ERR_CANCELLED), or, when none is running, the next one to start,
+ * which then returns at once. A request is never lost to a race with the call's start, and it is
+ * used up by the call it stops: the call after that runs normally. */
 POCKET_API void pocket_session_cancel(pocket_session* session);
 /* Forgets the conversation (the next prompt is evaluated from scratch). */
 POCKET_API void pocket_session_reset(pocket_session* session);
+
+/* The seed that means "draw one from the system" (std::random_device): the default. The seed
+ * used is reported in pocket_generate_result.seed; passing it back reproduces the run. */
+#define POCKET_SEED_RANDOM UINT64_MAX
 
 typedef struct pocket_generate_params {
   int32_t max_tokens;       /* default 256 */
@@ -97,7 +151,8 @@ typedef struct pocket_generate_params {
   float repetition_penalty; /* 1 = off */
   float presence_penalty;
   float frequency_penalty;
-  uint64_t seed;
+  uint64_t seed; /* POCKET_SEED_RANDOM (default) or a fixed seed: same seed and inputs, same
+                  * output (on the same build and CPU) */
   const char* const* stop_strings; /* may be NULL */
   size_t n_stop_strings;
   /* When n_choices > 0 the output is exactly one of these strings (UTF-8, NUL-terminated): only
@@ -115,6 +170,16 @@ typedef struct pocket_generate_params {
   /* Span fields: with json_schema, string properties marked "x-pocket-span": true; with grammar,
    * the rule named "span": their values are substrings of this text (NULL = none). */
   const char* span_source;
+  /* A conversation instead of a prompt (pass prompt = NULL): the messages are formatted with the
+   * model's chat template, ending with the assistant's turn to speak. A model without a chat
+   * template gives POCKET_ERR_FAILED_PRECONDITION. enable_thinking (default true): false asks a
+   * Qwen3 model to answer without reasoning (an empty <think></think> block). */
+  const pocket_chat_message* messages;
+  size_t n_messages;
+  bool enable_thinking;
+  /* Recognise special-token strings in the prompt or message contents (default false: they are
+   * plain text; the chat template's own special tokens are special either way). */
+  bool parse_special;
 } pocket_generate_params;
 
 typedef enum pocket_stop_reason {
@@ -133,6 +198,8 @@ typedef struct pocket_generate_result {
   double prefill_ms;
   double decode_ms;
   double constraint_ms; /* of decode_ms: computing token masks under a constraint */
+  uint64_t seed;        /* the sampler's seed: params.seed, or the one drawn for
+                         * POCKET_SEED_RANDOM; never POCKET_SEED_RANDOM itself */
 } pocket_generate_result;
 
 /* Called with each piece of text (whole UTF-8 characters, not NUL-terminated); return false to
@@ -140,8 +207,11 @@ typedef struct pocket_generate_result {
 typedef bool (*pocket_text_callback)(const char* text, size_t len, void* user_data);
 
 POCKET_API pocket_generate_params pocket_generate_default_params(void);
-/* Tokenizes `prompt` (special tokens recognised) and generates. The KV cache of the previous call
- * is reused for the common prefix. `result` may be NULL. */
+/* Generates a continuation of `prompt` (UTF-8), or of params->messages when prompt is NULL:
+ * exactly one of the two. Special-token strings in the text are plain text unless
+ * params->parse_special. The KV cache of the previous call is reused for the common prefix.
+ * A pending pocket_session_cancel makes the call return POCKET_OK at once with stop reason
+ * POCKET_STOP_CANCELLED. `result` may be NULL. */
 POCKET_API pocket_status pocket_generate(pocket_session* session, const char* prompt,
                                          const pocket_generate_params* params,
                                          pocket_text_callback on_text, void* user_data,
@@ -155,10 +225,30 @@ typedef struct pocket_candidate_score {
   double probability; /* exp(logprob), normalized over the candidates */
 } pocket_candidate_score;
 
-/* Log-probabilities of candidate continuations of `prompt` (tokenized with special tokens
- * recognised; candidates as plain text), all candidates in one forward pass after the prompt.
- * Writes n_candidates entries to `scores`, best first. The session's context becomes the prompt. */
+typedef struct pocket_score_params {
+  /* A conversation instead of a prompt (pass prompt = NULL), formatted as for pocket_generate:
+   * the candidates continue the assistant's turn. */
+  const pocket_chat_message* messages;
+  size_t n_messages;
+  bool enable_thinking; /* default true */
+  /* Recognise special-token strings in the prompt, message contents and candidates (default
+   * false: plain text). */
+  bool parse_special;
+} pocket_score_params;
+
+POCKET_API pocket_score_params pocket_score_default_params(void);
+/* Log-probabilities of candidate continuations of `prompt` (or of params->messages when prompt is
+ * NULL: exactly one of the two), all candidates in one forward pass after the prompt. Writes
+ * n_candidates entries to `scores`, best first. The session's context becomes the prompt.
+ *
+ * Candidate tokens: a candidate is scored as the tokens it adds in running text, those of
+ * tokenize(prompt + candidate) after the tokens of tokenize(prompt). So " positive" after
+ * "Sentiment:" is scored as the model would see it, whatever the vocabulary does with leading
+ * spaces. When the boundary merges (the joint tokens do not start with the prompt's, as
+ * "Answer: " + "yes" gives " yes"), the candidate is tokenized on its own instead. An empty
+ * candidate is an error. pocket_candidate_score.n_tokens reports the count used. */
 POCKET_API pocket_status pocket_score(pocket_session* session, const char* prompt,
+                                      const pocket_score_params* params,
                                       const char* const* candidates, size_t n_candidates,
                                       pocket_candidate_score* scores, pocket_error* err);
 

@@ -3,9 +3,16 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <random>
 
+#include "capi/chat_prompt.h"
 #include "pocket/pocket.h"
+#include "runtime/candidates.h"
 #include "runtime/session.h"
+
+#ifndef POCKET_BUILDING_LIBRARY
+#error "src/capi/CMakeLists.txt defines POCKET_BUILDING_LIBRARY (POCKET_API exports, not imports)"
+#endif
 
 struct pocket_model {
   std::shared_ptr<const pocket::Model> model;
@@ -48,6 +55,65 @@ pocket_status Guard(pocket_error* err, Fn&& fn) {
   } catch (...) {
     return Fail(err, POCKET_ERR_INTERNAL, "internal error");
   }
+}
+
+// The model's tokenizer, or FailedPrecondition.
+pocket::StatusOr<const pocket::Tokenizer*> ModelTokenizer(const pocket::Model& model) {
+  if (model.tokenizer() == nullptr) {
+    return pocket::FailedPreconditionError(
+        model.source().path(),
+        " has no tokenizer; load it with pocket_model_params.tokenizer_path");
+  }
+  return model.tokenizer();
+}
+
+pocket::StatusOr<std::vector<pocket::ChatMessage>> ToMessages(const pocket_chat_message* messages,
+                                                              size_t n_messages) {
+  if (messages == nullptr || n_messages == 0) {
+    return pocket::InvalidArgumentError("the chat has no messages");
+  }
+  std::vector<pocket::ChatMessage> out;
+  for (size_t i = 0; i < n_messages; ++i) {
+    if (messages[i].role == nullptr || messages[i].content == nullptr) {
+      return pocket::InvalidArgumentError("message ", i, " has a NULL role or content");
+    }
+    out.push_back({messages[i].role, messages[i].content});
+  }
+  return out;
+}
+
+// The prompt's tokens: `prompt`, or the messages formatted with the model's chat template; the
+// caller passes exactly one.
+pocket::StatusOr<pocket::capi::PromptTokens> EncodeInput(const pocket::Model& model,
+                                                         const char* prompt,
+                                                         const pocket_chat_message* messages,
+                                                         size_t n_messages, bool enable_thinking,
+                                                         bool parse_special) {
+  const bool has_messages = messages != nullptr || n_messages > 0;
+  if ((prompt == nullptr) == !has_messages) {
+    return pocket::InvalidArgumentError(
+        "pass exactly one of a prompt and messages (the other NULL), got ",
+        prompt == nullptr ? "neither" : "both");
+  }
+  POCKET_ASSIGN_OR_RETURN(const pocket::Tokenizer* tok, ModelTokenizer(model));
+  if (prompt != nullptr) return pocket::capi::EncodePrompt(*tok, prompt, parse_special);
+  POCKET_ASSIGN_OR_RETURN(std::vector<pocket::ChatMessage> chat, ToMessages(messages, n_messages));
+  POCKET_ASSIGN_OR_RETURN(pocket::ChatTemplate tmpl,
+                          pocket::capi::ModelChatTemplate(*tok, model.source().path()));
+  pocket::ChatOptions options;
+  options.enable_thinking = enable_thinking;
+  return pocket::capi::EncodeChat(*tok, tmpl, chat, options, parse_special);
+}
+
+// A seed from the system for POCKET_SEED_RANDOM; never the sentinel itself, so that the reported
+// seed always reproduces the run.
+uint64_t DrawSeed() {
+  std::random_device device;
+  uint64_t seed = POCKET_SEED_RANDOM;
+  while (seed == POCKET_SEED_RANDOM) {
+    seed = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
+  }
+  return seed;
 }
 
 }  // namespace
@@ -123,6 +189,31 @@ pocket_status pocket_tokenize(const pocket_model* model, const char* text, size_
   });
 }
 
+pocket_status pocket_tokenize_chat(const pocket_model* model, const pocket_chat_message* messages,
+                                   size_t n_messages, bool enable_thinking, bool parse_special,
+                                   int32_t* ids, size_t capacity, size_t* n_ids,
+                                   pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (model == nullptr || messages == nullptr || n_ids == nullptr ||
+        (ids == nullptr && capacity > 0)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "model, messages and n_ids must not be NULL (nor ids when capacity > 0)");
+    }
+    auto prompt =
+        EncodeInput(*model->model, nullptr, messages, n_messages, enable_thinking, parse_special);
+    if (!prompt.ok()) return Report(err, prompt.status());
+    const std::vector<int32_t>& encoded = prompt->ids;
+    *n_ids = encoded.size();
+    if (encoded.size() > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
+                  "the chat needs " + std::to_string(encoded.size()) + " ids, capacity is " +
+                      std::to_string(capacity));
+    }
+    if (!encoded.empty()) std::memcpy(ids, encoded.data(), encoded.size() * sizeof(int32_t));
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
 pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids, size_t n_ids,
                                 char* text, size_t capacity, size_t* n_bytes, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
@@ -146,7 +237,7 @@ pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids, s
 
 pocket_session_params pocket_session_default_params(void) {
   pocket::SessionOptions d;
-  return pocket_session_params{d.n_ctx, d.n_batch};
+  return pocket_session_params{d.n_ctx, d.n_batch, d.n_threads};
 }
 
 pocket_status pocket_session_create(const pocket_model* model, const pocket_session_params* params,
@@ -160,6 +251,7 @@ pocket_status pocket_session_create(const pocket_model* model, const pocket_sess
     if (params != nullptr) {
       options.n_ctx = params->n_ctx;
       options.n_batch = params->n_batch;
+      options.n_threads = params->n_threads;
     }
     auto session = pocket::Session::Create(model->model, options);
     if (!session.ok()) return Report(err, session.status());
@@ -172,6 +264,12 @@ void pocket_session_free(pocket_session* session) {
   delete session;
 }
 
+int32_t pocket_session_n_threads(const pocket_session* session) {
+  return session == nullptr ? 0 : session->session->n_threads();
+}
+
+// Only sets the request: the Session clears it when the call it stops returns (see
+// Session::Cancel), so nothing here may clear it on a call's entry.
 void pocket_session_cancel(pocket_session* session) {
   if (session != nullptr) session->session->Cancel();
 }
@@ -191,7 +289,7 @@ pocket_generate_params pocket_generate_default_params(void) {
                                 s.repetition_penalty,
                                 s.presence_penalty,
                                 s.frequency_penalty,
-                                s.seed,
+                                POCKET_SEED_RANDOM,
                                 nullptr,
                                 0,
                                 nullptr,
@@ -199,16 +297,18 @@ pocket_generate_params pocket_generate_default_params(void) {
                                 nullptr,
                                 nullptr,
                                 nullptr,
-                                nullptr};
+                                nullptr,
+                                nullptr,
+                                0,
+                                pocket::ChatOptions().enable_thinking,
+                                false};
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
                               const pocket_generate_params* params, pocket_text_callback on_text,
                               void* user_data, pocket_generate_result* result, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
-    if (session == nullptr || prompt == nullptr) {
-      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session and prompt must not be NULL");
-    }
+    if (session == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session is NULL");
     const pocket_generate_params p = params != nullptr ? *params : pocket_generate_default_params();
     pocket::GenerateOptions options;
     options.max_tokens = p.max_tokens;
@@ -219,7 +319,7 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
     options.sampling.repetition_penalty = p.repetition_penalty;
     options.sampling.presence_penalty = p.presence_penalty;
     options.sampling.frequency_penalty = p.frequency_penalty;
-    options.sampling.seed = p.seed;
+    options.sampling.seed = p.seed == POCKET_SEED_RANDOM ? DrawSeed() : p.seed;
     for (size_t i = 0; i < p.n_stop_strings; ++i) {
       if (p.stop_strings == nullptr || p.stop_strings[i] == nullptr) {
         return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
@@ -258,7 +358,10 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
         return on_text(piece.data(), piece.size(), user_data);
       };
     }
-    auto r = session->session->Generate(std::string_view(prompt), options, cb);
+    auto tokens = EncodeInput(session->session->model(), prompt, p.messages, p.n_messages,
+                              p.enable_thinking, p.parse_special);
+    if (!tokens.ok()) return Report(err, tokens.status());
+    auto r = session->session->Generate(std::span<const int32_t>(tokens->ids), options, cb);
     if (!r.ok()) return Report(err, r.status());
     if (result != nullptr) {
       result->stop_reason = static_cast<pocket_stop_reason>(static_cast<int>(r->stop_reason));
@@ -267,39 +370,46 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       result->prefill_ms = static_cast<double>(r->prefill_us) / 1000.0;
       result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
       result->constraint_ms = static_cast<double>(r->constraint_us) / 1000.0;
+      result->seed = r->seed;
     }
     return Report(err, pocket::Status::Ok());
   });
 }
 
+pocket_score_params pocket_score_default_params(void) {
+  return pocket_score_params{nullptr, 0, pocket::ChatOptions().enable_thinking, false};
+}
+
 pocket_status pocket_score(pocket_session* session, const char* prompt,
-                           const char* const* candidates, size_t n_candidates,
-                           pocket_candidate_score* scores, pocket_error* err) {
+                           const pocket_score_params* params, const char* const* candidates,
+                           size_t n_candidates, pocket_candidate_score* scores, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
-    if (session == nullptr || prompt == nullptr || candidates == nullptr || scores == nullptr) {
+    if (session == nullptr || candidates == nullptr || scores == nullptr) {
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
-                  "session, prompt, candidates and scores must not be NULL");
+                  "session, candidates and scores must not be NULL");
     }
-    const pocket::Tokenizer* tok = session->session->model().tokenizer();
-    if (tok == nullptr)
-      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
-    pocket::EncodeOptions eo;
-    eo.add_bos = tok->spec().add_bos;
-    auto ids = tok->Encode(prompt, eo);
-    if (!ids.ok()) return Report(err, ids.status());
-    std::vector<std::vector<int32_t>> cands;
-    pocket::EncodeOptions plain;
-    plain.parse_special = false;
+    const pocket_score_params p = params != nullptr ? *params : pocket_score_default_params();
+    const pocket::Model& model = session->session->model();
+    auto input =
+        EncodeInput(model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special);
+    if (!input.ok()) return Report(err, input.status());
+    std::vector<std::string> texts;
     for (size_t i = 0; i < n_candidates; ++i) {
       if (candidates[i] == nullptr) {
         return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                     "candidate " + std::to_string(i) + " is NULL");
       }
-      auto c = tok->Encode(candidates[i], plain);
-      if (!c.ok()) return Report(err, c.status());
-      cands.push_back(std::move(*c));
+      texts.emplace_back(candidates[i]);
     }
-    auto r = session->session->Score(*ids, cands);
+    // The one candidate rule (runtime/candidates.h), continuing candidate_context: the prompt, or
+    // a chat's text after the template's last control token (tokens never cross a special one).
+    pocket::EncodeOptions eo;
+    eo.parse_special = p.parse_special;
+    eo.add_bos = model.tokenizer()->spec().add_bos;
+    auto cands =
+        pocket::TokenizeCandidates(*model.tokenizer(), input->candidate_context, texts, eo);
+    if (!cands.ok()) return Report(err, cands.status());
+    auto r = session->session->Score(input->ids, cands->candidates);
     if (!r.ok()) return Report(err, r.status());
     for (size_t i = 0; i < r->size(); ++i) {
       const pocket::CandidateScore& c = (*r)[i];

@@ -126,12 +126,13 @@ StatusOr<GenerateResult> Session::Generate(std::string_view text, const Generate
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
                                            const GenerateOptions& options,
                                            const StreamCallback& on_text) {
+  const CancelScope cancel_scope(&cancel_);
   POCKET_RETURN_IF_ERROR(options.sampling.Validate());
   if (options.max_tokens < 0) return InvalidArgumentError("max tokens must be >= 0");
   if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
-  cancel_.store(false, std::memory_order_relaxed);
   const Tokenizer* tok = model_->tokenizer();
   GenerateResult result;
+  result.seed = options.sampling.seed;
   Stopwatch watch;
   size_t common = 0;
   while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) {
@@ -297,6 +298,7 @@ std::vector<CandidateScore> Rank(std::vector<CandidateScore> scores) {
 
 StatusOr<std::vector<CandidateScore>> Session::Score(
     std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
+  const CancelScope cancel_scope(&cancel_);
   const int32_t vocab = model_->config().vocab_size;
   POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
   if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
@@ -353,6 +355,7 @@ StatusOr<std::vector<CandidateScore>> Session::Score(
 
 StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
     std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
+  const CancelScope cancel_scope(&cancel_);
   const int32_t vocab = model_->config().vocab_size;
   POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
   if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
@@ -381,6 +384,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
 }
 
 StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> prompt) {
+  const CancelScope cancel_scope(&cancel_);
   const ClassifierHead& head = model_->classifier();
   if (!head.present()) {
     return FailedPreconditionError(

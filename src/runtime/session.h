@@ -59,6 +59,7 @@ struct GenerateResult {
   StopReason stop_reason = StopReason::kMaxTokens;
   int32_t n_prompt_tokens = 0;  // prompt tokens that were actually evaluated (not reused)
   int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
+  uint64_t seed = 0;            // the sampler's seed (options.sampling.seed), to reproduce the run
   int64_t prefill_us = 0;
   int64_t decode_us = 0;
   // With a constraint: time spent computing masks and accepting tokens (part of decode_us), the
@@ -148,7 +149,11 @@ class Session {
   // context becomes the prompt. FailedPrecondition when the model has no head.
   StatusOr<std::vector<LabelScore>> Classify(std::span<const int32_t> prompt);
 
-  // Thread-safe: stops a running Generate within one token (or one prefill chunk).
+  // Thread-safe: stops a running Generate within one token (or one prefill chunk), a running
+  // Score or Classify between prefill chunks. A Cancel() that arrives while no such call runs is
+  // not lost: the next Generate, Score or Classify stops at once (Generate with stop reason
+  // kCancelled, the others with a Cancelled error). Each of those calls clears the request when
+  // it returns, so one Cancel() stops exactly one call.
   void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
   // Forgets the context.
   void Reset() {
@@ -160,6 +165,14 @@ class Session {
   Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch,
           int32_t n_threads);
   bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }
+  // Clears a cancel request when the public call that owns it returns.
+  struct CancelScope {
+    explicit CancelScope(std::atomic<bool>* flag) : flag_(flag) {}
+    ~CancelScope() { flag_->store(false, std::memory_order_relaxed); }
+    CancelScope(const CancelScope&) = delete;
+    CancelScope& operator=(const CancelScope&) = delete;
+    std::atomic<bool>* flag_;
+  };
 
   std::shared_ptr<const Model> model_;
   KvCache kv_;

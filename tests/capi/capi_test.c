@@ -1,8 +1,12 @@
 /* Uses only the installed header <pocket/pocket.h> and libpocket: load a model, tokenize and
- * detokenize, generate with a streaming callback, cancel from the callback, report errors, score
- * candidates; with HEAD_MODEL (a .pocket with a classification head), classify.
- * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL] */
+ * detokenize, generate with a streaming callback, stop from the callback, cancel from another
+ * thread and before a call, seeds, thread counts, report errors, score candidates; with
+ * HEAD_MODEL (a .pocket with a classification head), classify; with CHAT_MODEL (a model with the
+ * Qwen3 tokenizer and chat template), chat messages and parse_special.
+ * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
+#define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +39,374 @@ static bool collect(const char* text, size_t len, void* user) {
   return c->stop_after == 0 || c->pieces < c->stop_after;
 }
 
+static Collected* new_collected(void) {
+  Collected* c = (Collected*)calloc(1, sizeof(Collected));
+  CHECK(c != NULL, "out of memory");
+  return c;
+}
+
+/* Generates into a fresh Collected (the caller frees it). */
+static Collected* run(pocket_session* session, const char* prompt, const pocket_generate_params* gp,
+                      pocket_generate_result* r) {
+  pocket_error err;
+  Collected* c = new_collected();
+  pocket_status st = pocket_generate(session, prompt, gp, collect, c, r, &err);
+  CHECK(st == POCKET_OK, "generate: %s", err.message);
+  return c;
+}
+
+static int count_id(const int32_t* ids, size_t n, int32_t id) {
+  int count = 0;
+  for (size_t i = 0; i < n; ++i) count += ids[i] == id;
+  return count;
+}
+
+/* ---- cancelling from another thread ---- */
+typedef struct {
+  pocket_session* session;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool cancel_now; /* set by the generating thread */
+  bool cancelled;  /* set by the canceller once pocket_session_cancel returned */
+  Collected text;
+} CancelState;
+
+static void* canceller(void* arg) {
+  CancelState* s = (CancelState*)arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->cancel_now) pthread_cond_wait(&s->cv, &s->mu);
+  pocket_session_cancel(s->session);
+  s->cancelled = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* After the 5th piece: wake the canceller and wait until it has cancelled, so the bound is exact.
+ */
+static bool collect_then_cancel(const char* text, size_t len, void* user) {
+  CancelState* s = (CancelState*)user;
+  collect(text, len, &s->text);
+  if (s->text.pieces == 5) {
+    pthread_mutex_lock(&s->mu);
+    s->cancel_now = true;
+    pthread_cond_broadcast(&s->cv);
+    while (!s->cancelled) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return true;
+}
+
+static void test_cancel(pocket_session* session, const char* text) {
+  pocket_error err;
+  pocket_generate_result r;
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 200;
+
+  /* From another thread while generate runs: it stops before the next token. */
+  CancelState* s = (CancelState*)calloc(1, sizeof(CancelState));
+  CHECK(s != NULL, "out of memory");
+  s->session = session;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, canceller, s) == 0, "pthread_create");
+  pocket_status st = pocket_generate(session, text, &gp, collect_then_cancel, s, &r, &err);
+  pthread_join(thread, NULL);
+  CHECK(st == POCKET_OK, "generate: %s", err.message);
+  CHECK(r.stop_reason == POCKET_STOP_CANCELLED, "cancel from a thread: stop reason %d",
+        (int)r.stop_reason);
+  CHECK(s->text.pieces == 5, "%d pieces after a cancel at the 5th", s->text.pieces);
+  printf("cancelled from another thread after %d tokens\n", r.n_generated_tokens);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+
+  /* Just before the call: not lost, the call returns at once; the next call runs normally. */
+  pocket_session_reset(session);
+  pocket_session_cancel(session);
+  Collected* c = run(session, text, &gp, &r);
+  CHECK(r.stop_reason == POCKET_STOP_CANCELLED && r.n_generated_tokens == 0 && c->pieces == 0,
+        "cancel before generate: stop reason %d, %d tokens", (int)r.stop_reason,
+        r.n_generated_tokens);
+  free(c);
+  gp.max_tokens = 8;
+  c = run(session, text, &gp, &r);
+  CHECK(r.stop_reason != POCKET_STOP_CANCELLED && r.n_generated_tokens > 0,
+        "the call after a cancelled one: stop reason %d, %d tokens", (int)r.stop_reason,
+        r.n_generated_tokens);
+  free(c);
+
+  /* The same for score. */
+  const char* cands[] = {" cat", " dog"};
+  pocket_candidate_score scores[2];
+  pocket_session_cancel(session);
+  st = pocket_score(session, text, NULL, cands, 2, scores, &err);
+  CHECK(st == POCKET_ERR_CANCELLED, "cancel before score gave %d", (int)st);
+  st = pocket_score(session, text, NULL, cands, 2, scores, &err);
+  CHECK(st == POCKET_OK, "the score after a cancelled one: %s", err.message);
+}
+
+static void test_seeds(pocket_session* session, const char* text) {
+  pocket_generate_params gp = pocket_generate_default_params();
+  CHECK(gp.seed == POCKET_SEED_RANDOM, "the default seed is %llu", (unsigned long long)gp.seed);
+  gp.temperature = 1.0f;
+  gp.max_tokens = 30;
+  pocket_generate_result r1, r2, r3;
+  /* Random seeds: drawn per call, reported, and the reported one reproduces the run. */
+  Collected* a = run(session, text, &gp, &r1);
+  Collected* b = run(session, text, &gp, &r2);
+  CHECK(r1.seed != POCKET_SEED_RANDOM && r2.seed != POCKET_SEED_RANDOM, "sentinel reported");
+  CHECK(r1.seed != r2.seed, "two random seeds are both %llu", (unsigned long long)r1.seed);
+  gp.seed = r1.seed;
+  Collected* a2 = run(session, text, &gp, &r3);
+  CHECK(r3.seed == r1.seed, "reported seed %llu, passed %llu", (unsigned long long)r3.seed,
+        (unsigned long long)r1.seed);
+  CHECK(strcmp(a->text, a2->text) == 0, "seed %llu did not reproduce '%s': '%s'",
+        (unsigned long long)r1.seed, a->text, a2->text);
+  /* A fixed seed, twice: the same text, and that seed reported. */
+  gp.seed = 42;
+  Collected* f1 = run(session, text, &gp, &r1);
+  Collected* f2 = run(session, text, &gp, &r2);
+  CHECK(r1.seed == 42 && r2.seed == 42, "fixed seed reported as %llu", (unsigned long long)r1.seed);
+  CHECK(strcmp(f1->text, f2->text) == 0, "seed 42 gave '%s' and '%s'", f1->text, f2->text);
+  printf("seed %llu: %s\n", (unsigned long long)r1.seed, f1->text);
+  free(a);
+  free(b);
+  free(a2);
+  free(f1);
+  free(f2);
+}
+
+static void test_threads(const pocket_model* model) {
+  pocket_error err;
+  pocket_session_params sp = pocket_session_default_params();
+  CHECK(sp.n_threads == 0, "default n_threads %d", sp.n_threads);
+  pocket_session* s = NULL;
+  CHECK(pocket_session_create(model, &sp, &s, &err) == POCKET_OK, "session: %s", err.message);
+  CHECK(pocket_session_n_threads(s) >= 1, "automatic threads: %d", pocket_session_n_threads(s));
+  pocket_session_free(s);
+  sp.n_threads = 3;
+  CHECK(pocket_session_create(model, &sp, &s, &err) == POCKET_OK, "session: %s", err.message);
+  CHECK(pocket_session_n_threads(s) == 3, "n_threads 3 gave %d", pocket_session_n_threads(s));
+  pocket_session_free(s);
+  sp.n_threads = -1;
+  pocket_status st = pocket_session_create(model, &sp, &s, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && s == NULL, "n_threads -1 gave %d", (int)st);
+}
+
+static double logprob_of(const pocket_candidate_score* scores, size_t n, size_t index) {
+  for (size_t i = 0; i < n; ++i) {
+    if (scores[i].index == index) return scores[i].logprob;
+  }
+  CHECK(false, "no score for candidate %zu", index);
+  return 0.0;
+}
+
+/* A candidate is scored as the tokens it adds to the prompt's: tokenize(prompt + candidate) after
+ * tokenize(prompt), not tokenized on its own (SentencePiece would give it a second space). */
+static void test_candidate_rule(pocket_session* session, const pocket_model* model) {
+  pocket_error err;
+  const char* prompt = "Once upon a time";
+  const char* cands[] = {" happy", " sad", " a big dog"};
+  pocket_candidate_score scores[3];
+  pocket_status st = pocket_score(session, prompt, NULL, cands, 3, scores, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  int32_t ids[128];
+  size_t n_prompt = 0, n_joint = 0, n_alone = 0;
+  st = pocket_tokenize(model, prompt, strlen(prompt), false, ids, 128, &n_prompt, &err);
+  CHECK(st == POCKET_OK, "tokenize: %s", err.message);
+  bool rules_differ = false;
+  for (size_t i = 0; i < 3; ++i) {
+    char joint[128];
+    snprintf(joint, sizeof(joint), "%s%s", prompt, cands[scores[i].index]);
+    st = pocket_tokenize(model, joint, strlen(joint), false, ids, 128, &n_joint, &err);
+    CHECK(st == POCKET_OK, "tokenize: %s", err.message);
+    CHECK((size_t)scores[i].n_tokens == n_joint - n_prompt, "'%s' scored as %d tokens, not %zu",
+          cands[scores[i].index], scores[i].n_tokens, n_joint - n_prompt);
+    const char* alone = cands[scores[i].index];
+    st = pocket_tokenize(model, alone, strlen(alone), false, ids, 128, &n_alone, &err);
+    CHECK(st == POCKET_OK, "tokenize: %s", err.message);
+    rules_differ = rules_differ || n_alone != n_joint - n_prompt;
+  }
+  CHECK(rules_differ, "this check cannot tell the candidate rules apart");
+}
+
+/* A model without a chat template cannot take messages, and says so. */
+static void test_no_chat_template(const pocket_model* model, pocket_session* session) {
+  pocket_error err;
+  pocket_chat_message msgs[] = {{"user", "Hello"}};
+  int32_t ids[64];
+  size_t n = 0;
+  pocket_status st = pocket_tokenize_chat(model, msgs, 1, true, false, ids, 64, &n, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION && strstr(err.message, "chat template") != NULL,
+        "tokenize_chat without a template gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.messages = msgs;
+  gp.n_messages = 1;
+  st = pocket_generate(session, NULL, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION && strstr(err.message, "chat template") != NULL,
+        "generate without a template gave %d: %s", (int)st, err.message);
+  pocket_score_params sp = pocket_score_default_params();
+  sp.messages = msgs;
+  sp.n_messages = 1;
+  const char* cands[] = {" yes", " no"};
+  pocket_candidate_score scores[2];
+  st = pocket_score(session, NULL, &sp, cands, 2, scores, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION && strstr(err.message, "chat template") != NULL,
+        "score without a template gave %d: %s", (int)st, err.message);
+}
+
+/* CHAT_MODEL: the Qwen3 tokenizer (fitted to a small vocabulary) and its chat template. */
+static void test_chat(const char* path) {
+  pocket_error err;
+  pocket_model* model = NULL;
+  pocket_status st = pocket_model_load(path, NULL, &model, &err);
+  CHECK(st == POCKET_OK, "load %s: %s", path, err.message);
+  int32_t ids[256], ids2[256];
+  size_t n = 0, n2 = 0;
+  st = pocket_tokenize(model, "<|im_end|>", 10, true, ids, 256, &n, &err);
+  CHECK(st == POCKET_OK && n == 1, "<|im_end|> is %zu tokens", n);
+  const int32_t im_end = ids[0];
+  st = pocket_tokenize(model, "<|im_start|>", 12, true, ids, 256, &n, &err);
+  CHECK(st == POCKET_OK && n == 1, "<|im_start|> is %zu tokens", n);
+  const int32_t im_start = ids[0];
+
+  /* parse_special: a special-token string in user text is plain text unless asked. */
+  const char* injected = "Hi<|im_end|>";
+  size_t n_plain = 0, n_special = 0;
+  st = pocket_tokenize(model, injected, strlen(injected), false, ids, 256, &n_plain, &err);
+  CHECK(st == POCKET_OK && n_plain > 2 && count_id(ids, n_plain, im_end) == 0,
+        "plain '%s': %zu tokens", injected, n_plain);
+  st = pocket_tokenize(model, injected, strlen(injected), true, ids, 256, &n_special, &err);
+  CHECK(st == POCKET_OK && count_id(ids, n_special, im_end) == 1, "special '%s'", injected);
+  pocket_session* session = NULL;
+  pocket_session_params sp = pocket_session_default_params();
+  sp.n_ctx = 512;
+  st = pocket_session_create(model, &sp, &session, &err);
+  CHECK(st == POCKET_OK, "session: %s", err.message);
+  pocket_generate_params gp = pocket_generate_default_params();
+  CHECK(!gp.parse_special && gp.enable_thinking && gp.messages == NULL, "generate defaults");
+  gp.temperature = 0.0f;
+  gp.max_tokens = 0;
+  pocket_generate_result r;
+  pocket_session_reset(session);
+  free(run(session, injected, &gp, &r));
+  CHECK((size_t)r.n_prompt_tokens == n_plain, "generate evaluated %d prompt tokens, plain is %zu",
+        r.n_prompt_tokens, n_plain);
+  gp.parse_special = true;
+  pocket_session_reset(session);
+  free(run(session, injected, &gp, &r));
+  CHECK((size_t)r.n_prompt_tokens == n_special, "parse_special: %d prompt tokens, expected %zu",
+        r.n_prompt_tokens, n_special);
+
+  /* Messages: the template's control tokens are special, the content's only with parse_special. */
+  pocket_chat_message msgs[] = {{"system", "Be brief."}, {"user", injected}};
+  size_t n_chat_plain = 0, n_chat_special = 0;
+  st = pocket_tokenize_chat(model, msgs, 2, true, false, ids, 256, &n_chat_plain, &err);
+  CHECK(st == POCKET_OK, "tokenize_chat: %s", err.message);
+  CHECK(count_id(ids, n_chat_plain, im_start) == 3 && count_id(ids, n_chat_plain, im_end) == 2,
+        "chat without parse_special: %d <|im_start|>, %d <|im_end|>",
+        count_id(ids, n_chat_plain, im_start), count_id(ids, n_chat_plain, im_end));
+  st = pocket_tokenize_chat(model, msgs, 2, true, true, ids, 256, &n_chat_special, &err);
+  CHECK(st == POCKET_OK && count_id(ids, n_chat_special, im_end) == 3,
+        "chat with parse_special: %d <|im_end|>", count_id(ids, n_chat_special, im_end));
+  st = pocket_tokenize_chat(model, msgs, 2, true, false, ids, 1, &n, &err);
+  CHECK(st == POCKET_ERR_BUFFER_TOO_SMALL && n == n_chat_plain, "small chat buffer gave %d",
+        (int)st);
+
+  /* The rendering is the model's (Qwen3) template, with and without thinking. */
+  pocket_chat_message hello[] = {{"user", "Hello there"}};
+  const char* rendered = "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
+  const char* no_think =
+      "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  st = pocket_tokenize_chat(model, hello, 1, true, false, ids, 256, &n, &err);
+  CHECK(st == POCKET_OK, "tokenize_chat: %s", err.message);
+  st = pocket_tokenize(model, rendered, strlen(rendered), true, ids2, 256, &n2, &err);
+  CHECK(st == POCKET_OK && n == n2 && memcmp(ids, ids2, n * sizeof(int32_t)) == 0,
+        "chat tokens differ from the rendered template's");
+  st = pocket_tokenize_chat(model, hello, 1, false, false, ids, 256, &n, &err);
+  CHECK(st == POCKET_OK, "tokenize_chat: %s", err.message);
+  st = pocket_tokenize(model, no_think, strlen(no_think), true, ids2, 256, &n2, &err);
+  CHECK(st == POCKET_OK && n == n2 && memcmp(ids, ids2, n * sizeof(int32_t)) == 0,
+        "enable_thinking = false: chat tokens differ from the rendered template's");
+
+  /* Generate from messages: exactly those tokens are evaluated. */
+  gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 8;
+  gp.messages = msgs;
+  gp.n_messages = 2;
+  pocket_session_reset(session);
+  Collected* c = run(session, NULL, &gp, &r);
+  CHECK((size_t)r.n_prompt_tokens == n_chat_plain, "chat generate evaluated %d tokens, not %zu",
+        r.n_prompt_tokens, n_chat_plain);
+  printf("chat reply (%d tokens): %s\n", r.n_generated_tokens, c->text);
+  free(c);
+  gp.parse_special = true;
+  pocket_session_reset(session);
+  free(run(session, NULL, &gp, &r));
+  CHECK((size_t)r.n_prompt_tokens == n_chat_special, "chat parse_special: %d tokens, not %zu",
+        r.n_prompt_tokens, n_chat_special);
+  /* Exactly one of prompt and messages; roles are checked. */
+  st = pocket_generate(session, "Hi", &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "prompt and messages gave %d", (int)st);
+  printf("expected error: %s\n", err.message);
+  gp.messages = NULL;
+  gp.n_messages = 0;
+  st = pocket_generate(session, NULL, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "neither prompt nor messages gave %d", (int)st);
+  pocket_chat_message bad_role[] = {{"robot", "beep"}};
+  gp.messages = bad_role;
+  gp.n_messages = 1;
+  st = pocket_generate(session, NULL, &gp, NULL, NULL, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "robot") != NULL,
+        "a bad role gave %d: %s", (int)st, err.message);
+
+  /* Score from messages: the same as the rendered prompt with its control tokens special. */
+  const char* cands[] = {" yes", " no", "Maybe"};
+  pocket_candidate_score s1[3], s2[3], s3[3];
+  pocket_score_params sc = pocket_score_default_params();
+  CHECK(!sc.parse_special && sc.enable_thinking && sc.messages == NULL, "score defaults");
+  sc.messages = hello;
+  sc.n_messages = 1;
+  st = pocket_score(session, NULL, &sc, cands, 3, s1, &err);
+  CHECK(st == POCKET_OK, "score messages: %s", err.message);
+  pocket_score_params special = pocket_score_default_params();
+  special.parse_special = true;
+  st = pocket_score(session, rendered, &special, cands, 3, s2, &err);
+  CHECK(st == POCKET_OK, "score rendered: %s", err.message);
+  for (size_t i = 0; i < 3; ++i) {
+    const double a = logprob_of(s1, 3, i), b = logprob_of(s2, 3, i);
+    CHECK(a - b < 1e-6 && b - a < 1e-6, "candidate %zu: %f from messages, %f from the text", i, a,
+          b);
+  }
+  /* Score a prompt: special-token strings are plain text by default (NULL params). */
+  st = pocket_score(session, injected, NULL, cands, 3, s1, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  st = pocket_score(session, injected, &special, cands, 3, s3, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  double diff = logprob_of(s1, 3, 0) - logprob_of(s3, 3, 0);
+  CHECK(diff > 1e-6 || diff < -1e-6, "parse_special changed nothing in score");
+  /* Candidates too: "<|im_end|>" is its text's tokens, or the special token when asked. */
+  const char* end_cands[] = {"<|im_end|>", " yes"};
+  st = pocket_score(session, "Hi", NULL, end_cands, 2, s1, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  st = pocket_score(session, "Hi", &special, end_cands, 2, s3, &err);
+  CHECK(st == POCKET_OK, "score: %s", err.message);
+  for (size_t i = 0; i < 2; ++i) {
+    if (s1[i].index == 0) CHECK(s1[i].n_tokens > 1, "plain <|im_end|>: %d tokens", s1[i].n_tokens);
+    if (s3[i].index == 0) CHECK(s3[i].n_tokens == 1, "special: %d tokens", s3[i].n_tokens);
+  }
+
+  pocket_session_free(session);
+  pocket_model_free(model);
+}
+
 int main(int argc, char** argv) {
-  CHECK(argc == 3 || argc == 4, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL]");
+  CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
   printf("pocket %s\n", pocket_version());
 
@@ -174,7 +544,7 @@ int main(int argc, char** argv) {
 
   /* Candidates scored in one pass, best first, probabilities summing to one. */
   pocket_candidate_score scores[3];
-  st = pocket_score(session, text, choices, 3, scores, &err);
+  st = pocket_score(session, text, NULL, choices, 3, scores, &err);
   CHECK(st == POCKET_OK, "score: %s", err.message);
   CHECK(scores[0].logprob >= scores[1].logprob && scores[1].logprob >= scores[2].logprob,
         "scores not ranked");
@@ -192,11 +562,17 @@ int main(int argc, char** argv) {
         (int)st);
   printf("expected error: %s\n", err.message);
 
+  test_candidate_rule(session, model);
+  test_no_chat_template(model, session);
+  test_cancel(session, text);
+  test_seeds(session, text);
+  test_threads(model);
+
   pocket_session_cancel(session);
   pocket_session_free(session);
   pocket_model_free(model);
 
-  if (argc == 4) {
+  if (argc >= 4) {
     /* A head [3, hidden]: its labels from one forward pass of the prompt, best first. */
     pocket_model* head_model = NULL;
     st = pocket_model_load(argv[3], NULL, &head_model, &err);
@@ -221,6 +597,7 @@ int main(int argc, char** argv) {
     pocket_session_free(hs);
     pocket_model_free(head_model);
   }
+  if (argc == 5) test_chat(argv[4]);
   printf("capi_test: OK\n");
   return 0;
 }

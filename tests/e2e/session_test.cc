@@ -171,6 +171,59 @@ TEST(SessionTest, BudgetEosAndSeeds) {
   EXPECT_NE(a->tokens, c->tokens);
 }
 
+TEST(SessionTest, CancelBeforeACallStopsThatCallOnly) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto s = Session::Create(model);
+  ASSERT_TRUE(s.ok());
+  Session* session = s->get();
+  // Requested while nothing runs (as when a UI cancels just before the call starts): not lost.
+  std::thread([session] { session->Cancel(); }).join();
+  int pieces = 0;
+  auto cancelled = session->Generate(std::string_view("Once upon a time"), Greedy(40),
+                                     [&](std::string_view) { return ++pieces > 0; });
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->stop_reason, StopReason::kCancelled);
+  EXPECT_TRUE(cancelled->tokens.empty());
+  EXPECT_EQ(pieces, 0);
+  // Used up by the call it stopped: the next one runs in full.
+  auto next = session->Generate(std::string_view("Once upon a time"), Greedy(5));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->stop_reason, StopReason::kMaxTokens);
+  EXPECT_EQ(next->tokens.size(), 5u);
+
+  // The same for Score: a Cancelled error, then a normal call.
+  const std::vector<int32_t> prompt = {1, 400, 401, 402};
+  const std::vector<std::vector<int32_t>> candidates = {{403}, {404, 405}};
+  session->Reset();
+  session->Cancel();
+  auto score = session->Score(prompt, candidates);
+  ASSERT_FALSE(score.ok());
+  EXPECT_EQ(score.status().code(), StatusCode::kCancelled);
+  auto rescored = session->Score(prompt, candidates);
+  ASSERT_TRUE(rescored.ok()) << rescored.status().ToString();
+  EXPECT_EQ(rescored->size(), 2u);
+}
+
+TEST(SessionTest, ResultReportsTheSeedThatReproducesIt) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto s = Session::Create(model);
+  ASSERT_TRUE(s.ok());
+  GenerateOptions g;
+  g.max_tokens = 30;
+  g.sampling.temperature = 1.0f;
+  g.sampling.seed = 0x9e3779b97f4a7c15ULL;
+  auto a = (*s)->Generate(std::string_view("Once upon a time"), g);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->seed, 0x9e3779b97f4a7c15ULL);
+  g.sampling.seed = a->seed;
+  auto b = (*s)->Generate(std::string_view("Once upon a time"), g);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->seed, a->seed);
+  EXPECT_EQ(b->tokens, a->tokens);
+}
+
 TEST(SessionTest, PrefixIsReusedAndResultsMatchAFreshSession) {
   auto model = Stories();
   ASSERT_TRUE(model);
