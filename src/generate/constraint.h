@@ -52,7 +52,8 @@ StatusOr<std::unique_ptr<Constraint>> MakeRegexConstraint(const Tokenizer& token
                                                           std::string_view pattern);
 
 // Everything that selects a constraint, as the CLI and the C API take it. At most one of
-// choices, regex, json_schema and grammar may be given.
+// choices, regex, json_schema and grammar may be given. An empty string means "not given"; one
+// that is only whitespace is an error ("blank regex", ...), and so is an empty or blank choice.
 struct ConstraintSpec {
   std::vector<std::string> choices;
   std::string regex;

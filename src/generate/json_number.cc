@@ -2,16 +2,18 @@
 // questions: does the text satisfy the bounds (the empty alternative), and does a next character
 // keep some completion possible (viability).
 //
-// Viability. The values reachable from a prefix, as magnitudes (a negative prefix is checked
-// against the mirrored bounds), form intervals of decimals on a grid:
-//   integer part P (not "0"), r characters left: for each k >= 0 more digits, [P*10^k, (P+1)*10^k)
-//     with at most r-k-1 fraction digits (none when the type is integer);
-//   integer part "0": k = 0 only;
-//   fraction part P with d digits: [P, P + 10^-d) with at most d+r fraction digits.
-// A value with at most D fraction digits that is a multiple of m is a multiple of
-// lcm(m, 10^-D), so each interval is asked one question: does it hold a multiple of that step
-// within [lower, upper] (ends closed or open)? The smallest multiple at or above the lower end
-// answers it. Every decimal here is exact: (sign, digit string, power of ten).
+// Viability. The values reachable from a prefix under the limits of json_number.h (at most 17
+// significant digits, at most 21 integer digits, at most 5 zeros after "0."), as magnitudes (a
+// negative prefix is checked against the mirrored bounds), form intervals of decimals on a grid:
+//   integer part P of L digits (not "0"): for each k >= 0 more integer digits (L+k <= 21),
+//     [P*10^k, (P+1)*10^k) on the grid 10^(L+k-17) (17 significant digits in all);
+//   integer part "0": zero, and for each z >= 0 leading fraction zeros (z <= 5),
+//     [10^-(z+1), 10^-z) on the grid 10^-(z+17);
+//   fraction part P with d digits: [P, P + 10^-d) on the grid of the 17 digits the text allows.
+// (|x| < 1e21 is one more pair of bounds.) A value on the grid 10^-D that is a multiple of m is a
+// multiple of lcm(m, 10^-D), so each interval is asked one question: does it hold a multiple of
+// that step within [lower, upper] (ends closed or open)? The smallest multiple at or above the
+// lower end answers it. Every decimal here is exact: (sign, digit string, power of ten).
 #include "generate/json_number.h"
 
 #include <algorithm>
@@ -282,8 +284,44 @@ struct Side {
   std::optional<Bound> lo, hi;
 };
 
+// 1e21: every magnitude is below it (at most 21 integer digits).
+Dec Limit() {
+  return Pow10(kMaxIntegerDigits);
+}
+
+bool InSide(const Side& side, const Dec& v) {
+  if (side.lo) {
+    const int c = Cmp(v, side.lo->value);
+    if (c < 0 || (c == 0 && side.lo->strict)) return false;
+  }
+  if (side.hi) {
+    const int c = Cmp(v, side.hi->value);
+    if (c > 0 || (c == 0 && side.hi->strict)) return false;
+  }
+  return true;
+}
+
+// A whole number text without its sign, -?(0|[1-9][0-9]*)(\.[0-9]+)? syntax given, keeps the
+// digit limits of json_number.h (the magnitude limit is a bound, checked with the others).
+bool WithinDigitLimits(std::string_view body) {
+  const size_t dot = body.find('.');
+  const std::string_view ip = body.substr(0, dot);
+  if (dot == std::string_view::npos) {
+    if (ip.size() > static_cast<size_t>(kMaxIntegerDigits)) return false;
+    const size_t first = ip.find_first_not_of('0');
+    if (first == std::string_view::npos) return true;  // "0"
+    return ip.find_last_not_of('0') - first + 1 <= static_cast<size_t>(kMaxSignificantDigits);
+  }
+  const std::string_view fp = body.substr(dot + 1);
+  if (ip != "0") return ip.size() + fp.size() <= static_cast<size_t>(kMaxSignificantDigits);
+  const size_t first = std::min(fp.find_first_not_of('0'), fp.size());
+  return first <= static_cast<size_t>(kMaxLeadingFractionZeros) &&
+         fp.size() - first <= static_cast<size_t>(kMaxSignificantDigits);
+}
+
 class NumberTemplate final : public GrammarTemplate {
  public:
+  // `side` already holds the bounds |x| < 1e21.
   NumberTemplate(bool integer, Side side, std::optional<Dec> multiple_of)
       : integer_(integer), pos_(std::move(side)), m_(std::move(multiple_of)) {
     if (pos_.hi) neg_.lo = Bound{Neg(pos_.hi->value), pos_.hi->strict};
@@ -322,6 +360,9 @@ class NumberTemplate final : public GrammarTemplate {
 
   void set_self(uint32_t id) { self_ = id; }
 
+  // Some number satisfies every bound.
+  bool Satisfiable() const { return Viable("") || Viable("-"); }
+
  private:
   uint32_t Intern(const std::string& text) {
     auto it = index_.find(text);
@@ -332,24 +373,18 @@ class NumberTemplate final : public GrammarTemplate {
     return id;
   }
 
-  // The text is a whole number whose value satisfies every bound.
+  // The text is a whole number within the digit limits whose value satisfies every bound.
   bool Satisfies(std::string_view text) const {
     if (text.empty() || text.back() < '0' || text.back() > '9') return false;  // "", "-", "1."
+    if (!WithinDigitLimits(text.substr(text[0] == '-' ? 1 : 0))) return false;
     StatusOr<Dec> v = ParseDec(text);
     if (!v.ok()) return false;
-    if (pos_.lo) {
-      const int c = Cmp(*v, pos_.lo->value);
-      if (c < 0 || (c == 0 && pos_.lo->strict)) return false;
-    }
-    if (pos_.hi) {
-      const int c = Cmp(*v, pos_.hi->value);
-      if (c > 0 || (c == 0 && pos_.hi->strict)) return false;
-    }
-    return !m_ || IsMultiple(*v, *m_);
+    return InSide(pos_, *v) && (!m_ || IsMultiple(*v, *m_));
   }
 
-  // lcm(m, 10^-d): the spacing of the values with at most d fraction digits (that are multiples
-  // of m). With m = M*10^e, M not a multiple of 10, and e < -d: M/gcd(M, 10^(-d-e)) * 10^-d.
+  // lcm(m, 10^-d): the spacing of the values with at most d fraction digits (d < 0: multiples of
+  // 10^-d) that are multiples of m. With m = M*10^e, M not a multiple of 10, and e < -d:
+  // M/gcd(M, 10^(-d-e)) * 10^-d.
   Dec Step(int d) const {
     if (!m_) return Pow10(-d);
     if (m_->exp >= -d) return *m_;
@@ -382,45 +417,82 @@ class NumberTemplate final : public GrammarTemplate {
     return cmp < 0 || (cmp == 0 && high_closed);
   }
 
-  // Some completion of `text` (a syntactically valid prefix) within kMaxNumberChars characters
-  // satisfies every bound.
+  // Whether a non-zero value written "0." + at least z0 zeros + digits, that is in (0, 10^-z0),
+  // satisfies the side: for each count z of leading zeros, [10^-(z+1), 10^-z) on the grid of z
+  // + 17 fraction digits.
+  bool FractionHit(const Side& side, int z0) const {
+    if (side.hi) {  // start where the intervals come below max: hi < 10^o, skip a > hi
+      if (side.hi->value.neg || IsZero(side.hi->value)) return false;
+      const int o = static_cast<int>(side.hi->value.mag.size()) + side.hi->value.exp;
+      z0 = std::max(z0, -o - 1);
+    }
+    for (int z = z0; z <= kMaxLeadingFractionZeros; ++z) {
+      const Dec a = Pow10(-(z + 1)), b = Pow10(-z);
+      if (side.lo && Cmp(b, side.lo->value) <= 0) break;  // this and all further are too small
+      if (side.hi) {
+        const int c = Cmp(a, side.hi->value);
+        if (c > 0 || (c == 0 && side.hi->strict)) continue;
+      }
+      if (Hit(side, a, b, Step(z + kMaxSignificantDigits))) return true;
+    }
+    return false;
+  }
+
+  // Some completion of `text` (a syntactically valid prefix) within the digit limits satisfies
+  // every bound.
   bool Viable(const std::string& text) const {
     if (text.size() > kMaxNumberChars) return false;
     const bool neg = !text.empty() && text[0] == '-';
     const std::string_view body = std::string_view(text).substr(neg ? 1 : 0);
     if (body.empty()) {
-      if (text.size() >= kMaxNumberChars) return false;
       for (char c = '0'; c <= '9'; ++c) {
         if (Viable(text + c)) return true;
       }
       return false;
     }
     const Side& side = neg ? neg_ : pos_;
-    const int r = static_cast<int>(kMaxNumberChars - text.size());
     const size_t dot = body.find('.');
+    const std::string_view ip = body.substr(0, dot);
     if (dot == std::string_view::npos) {
-      Dec a = MakeDec(false, std::string(body), 0);
-      Dec b = MakeDec(false, AddInt(body, "1"), 0);
-      const int kmax = body == "0" ? 0 : r;
-      for (int k = 0; k <= kmax; ++k, ++a.exp, ++b.exp) {
+      if (ip == "0") return InSide(side, Dec{}) || (!integer_ && FractionHit(side, 0));
+      const int len = static_cast<int>(ip.size());
+      if (len > kMaxIntegerDigits ||
+          ip.find_last_not_of('0') + 1 > static_cast<size_t>(kMaxSignificantDigits))
+        return false;
+      Dec a = MakeDec(false, std::string(ip), 0);
+      Dec b = MakeDec(false, AddInt(ip, "1"), 0);
+      for (int k = 0; len + k <= kMaxIntegerDigits; ++k, ++a.exp, ++b.exp) {
         if (side.hi) {  // the intervals only grow: none further can hold a value below max
           const int c = Cmp(a, side.hi->value);
           if (c > 0 || (c == 0 && side.hi->strict)) break;
         }
         if (side.lo && Cmp(b, side.lo->value) <= 0) continue;
-        const int d = integer_ || r - k < 2 ? 0 : r - k - 1;
-        if (Hit(side, a, b, Step(d))) return true;
+        // Fraction digits left (negative: that many integer digits must be zeros).
+        const int d = kMaxSignificantDigits - len - k;
+        if (Hit(side, a, b, Step(integer_ ? std::min(d, 0) : d))) return true;
       }
       return false;
     }
     const std::string_view frac = body.substr(dot + 1);
     const int d = static_cast<int>(frac.size());
-    if (d == 0 && r == 0) return false;
-    std::string digits(body.substr(0, dot));
+    int max_d;  // the most fraction digits the text may reach
+    if (ip == "0") {
+      const size_t first = frac.find_first_not_of('0');
+      if (first == std::string_view::npos) {  // zero so far: zero itself, or a smaller fraction
+        if (d > kMaxLeadingFractionZeros) return false;
+        return InSide(side, Dec{}) || FractionHit(side, d);
+      }
+      if (first > static_cast<size_t>(kMaxLeadingFractionZeros)) return false;
+      max_d = static_cast<int>(first) + kMaxSignificantDigits;
+    } else {
+      max_d = kMaxSignificantDigits - static_cast<int>(ip.size());
+    }
+    if (std::max(d, 1) > max_d) return false;
+    std::string digits(ip);
     digits += frac;
     const Dec a = MakeDec(false, std::move(digits), -d);
     const Dec b = Add(a, Pow10(-d));
-    return Hit(side, a, b, Step(d + r));
+    return Hit(side, a, b, Step(max_d));
   }
 
   const bool integer_;
@@ -432,21 +504,57 @@ class NumberTemplate final : public GrammarTemplate {
   std::unordered_map<std::string, uint32_t> index_;
 };
 
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?
+// The plain rule, -?(0|[1-9][0-9]*)(\.[0-9]+)? within the digit limits, as a static grammar:
+//   number ::= "-"? ( "0" zero-fraction? | [1-9] int_1 )
+//   int_k  ::= "" | [0-9] int_{k+1} | "." [0-9]{1,17-k}   (k = 1..16 digits so far)
+//   int_17 ::= "0"{0,4}                                    (placeholder zeros, 21 digits in all)
+//   zero-fraction ::= "." ( "0"{1,5} | "0"{0,5} [1-9] [0-9]{0,16} )
+// With `integer`, no fractions.
 uint32_t AddPlainNumberRule(Grammar* g, bool integer) {
   const GrammarElem digit = g->Chars({{'0', '9'}});
-  const uint32_t digits0 = g->Repeat({digit}, 0, -1, "digits");
-  const uint32_t int_part =
-      g->Alternatives({{g->Char('0')}, {g->Chars({{'1', '9'}}), Grammar::Ref(digits0)}}, "int");
-  const uint32_t sign = g->Alternatives({{}, {g->Char('-')}}, "sign");
-  GrammarSeq seq = {Grammar::Ref(sign), Grammar::Ref(int_part)};
-  if (!integer) {
-    const uint32_t digits1 = g->Repeat({digit}, 1, -1, "digits");
-    seq.push_back(
-        Grammar::Ref(g->Alternatives({{}, {g->Char('.'), Grammar::Ref(digits1)}}, "frac")));
+  const GrammarElem zero = g->Char('0');
+  const GrammarElem nonzero = g->Chars({{'1', '9'}});
+  constexpr int kSig = kMaxSignificantDigits;
+  std::vector<uint32_t> upto(kSig);  // upto[n]: at most n digits
+  upto[0] = g->AddRule("digits?", {{}});
+  for (size_t n = 1; n < upto.size(); ++n)
+    upto[n] = g->AddRule("digits?", {{}, {digit, Grammar::Ref(upto[n - 1])}});
+  std::vector<uint32_t> int_k(kSig + 1);
+  int_k[kSig] = g->Repeat({zero}, 0, kMaxIntegerDigits - kSig, "zeros");
+  for (int k = kSig - 1; k >= 1; --k) {
+    std::vector<GrammarSeq> alts = {{}, {digit, Grammar::Ref(int_k[static_cast<size_t>(k) + 1])}};
+    if (!integer)
+      alts.push_back({g->Char('.'), digit, Grammar::Ref(upto[static_cast<size_t>(kSig - 1 - k)])});
+    int_k[static_cast<size_t>(k)] = g->AddRule("int", std::move(alts));
   }
-  return g->AddRule(integer ? "integer" : "number", {std::move(seq)});
+  std::vector<GrammarSeq> magnitude = {{nonzero, Grammar::Ref(int_k[1])}};
+  if (integer) {
+    magnitude.push_back({zero});
+  } else {
+    const uint32_t zero_value = g->Repeat({zero}, 1, kMaxLeadingFractionZeros, "zeros");
+    const uint32_t leading = g->Repeat({zero}, 0, kMaxLeadingFractionZeros, "zeros");
+    const uint32_t zero_fraction = g->AddRule(
+        "frac", {{},
+                 {g->Char('.'), Grammar::Ref(zero_value)},
+                 {g->Char('.'), Grammar::Ref(leading), nonzero, Grammar::Ref(upto[kSig - 1])}});
+    magnitude.push_back({zero, Grammar::Ref(zero_fraction)});
+  }
+  const uint32_t sign = g->Alternatives({{}, {g->Char('-')}}, "sign");
+  return g->AddRule(integer ? "integer" : "number",
+                    {{Grammar::Ref(sign), Grammar::Ref(g->Alternatives(std::move(magnitude)))}});
 }
+
+// A bound with the keyword it came from and its text, for messages.
+struct NamedBound {
+  Bound bound;
+  const char* keyword = "";
+  std::string text;
+};
+
+struct Prepared {
+  std::optional<NamedBound> lo, hi;
+  std::optional<Dec> multiple_of;
+};
 
 StatusOr<std::optional<Dec>> ParseBound(const std::optional<std::string>& text,
                                         std::string_view name) {
@@ -456,33 +564,121 @@ StatusOr<std::optional<Dec>> ParseBound(const std::optional<std::string>& text,
   return std::optional<Dec>(std::move(d).value());
 }
 
-}  // namespace
-
-StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds) {
-  if (!bounds.minimum && !bounds.maximum && !bounds.exclusive_minimum &&
-      !bounds.exclusive_maximum && !bounds.multiple_of) {
-    return AddPlainNumberRule(grammar, bounds.integer);
+// A bound as messages show it: as given, or in scientific notation when that is long (1e308
+// written out).
+std::string ShortText(const std::string& text, const Dec& d) {
+  if (text.size() <= 24) return text;
+  std::string out;  // by push_back and append: GCC 12 misreports -Wrestrict on "-" + ...
+  if (d.neg) out.push_back('-');
+  out.push_back(d.mag[0]);
+  if (d.mag.size() > 1) {
+    out.push_back('.');
+    out.append(d.mag, 1);
   }
+  out.push_back('e');
+  out.append(std::to_string(d.exp + static_cast<int>(d.mag.size()) - 1));
+  return out;
+}
+
+// Parses the bounds and keeps the tighter of each pair (at equal values the exclusive one).
+StatusOr<Prepared> Prepare(const NumberBounds& bounds) {
   POCKET_ASSIGN_OR_RETURN(std::optional<Dec> min, ParseBound(bounds.minimum, "minimum"));
   POCKET_ASSIGN_OR_RETURN(std::optional<Dec> max, ParseBound(bounds.maximum, "maximum"));
   POCKET_ASSIGN_OR_RETURN(std::optional<Dec> xmin,
                           ParseBound(bounds.exclusive_minimum, "exclusiveMinimum"));
   POCKET_ASSIGN_OR_RETURN(std::optional<Dec> xmax,
                           ParseBound(bounds.exclusive_maximum, "exclusiveMaximum"));
-  POCKET_ASSIGN_OR_RETURN(std::optional<Dec> m, ParseBound(bounds.multiple_of, "multipleOf"));
-  if (m && (m->neg || IsZero(*m)))
+  Prepared p;
+  POCKET_ASSIGN_OR_RETURN(p.multiple_of, ParseBound(bounds.multiple_of, "multipleOf"));
+  if (p.multiple_of && (p.multiple_of->neg || IsZero(*p.multiple_of)))
     return InvalidArgumentError("multipleOf: must be positive, not ", *bounds.multiple_of);
-  // The tighter of each pair; at equal values the exclusive one.
+  // Field by field: GCC 12 misreports -Wmaybe-uninitialized on an optional of an aggregate.
+  auto set = [](std::optional<NamedBound>* slot, const Dec& value, bool strict, const char* keyword,
+                const std::string& text) {
+    slot->emplace();
+    (*slot)->bound.value = value;
+    (*slot)->bound.strict = strict;
+    (*slot)->keyword = keyword;
+    (*slot)->text = ShortText(text, value);
+  };
+  if (min) set(&p.lo, *min, false, "minimum", *bounds.minimum);
+  if (xmin && (!p.lo || Cmp(*xmin, p.lo->bound.value) >= 0))
+    set(&p.lo, *xmin, true, "exclusiveMinimum", *bounds.exclusive_minimum);
+  if (max) set(&p.hi, *max, false, "maximum", *bounds.maximum);
+  if (xmax && (!p.hi || Cmp(*xmax, p.hi->bound.value) <= 0))
+    set(&p.hi, *xmax, true, "exclusiveMaximum", *bounds.exclusive_maximum);
+  return p;
+}
+
+// The user's bounds and -1e21 < x < 1e21, whichever are tighter.
+Side MakeSide(const Prepared& p) {
   Side side;
-  if (min) side.lo = Bound{*min, false};
-  if (xmin && (!side.lo || Cmp(*xmin, side.lo->value) >= 0)) side.lo = Bound{*xmin, true};
-  if (max) side.hi = Bound{*max, false};
-  if (xmax && (!side.hi || Cmp(*xmax, side.hi->value) <= 0)) side.hi = Bound{*xmax, true};
-  auto t = std::make_unique<NumberTemplate>(bounds.integer, std::move(side), std::move(m));
+  if (p.lo) side.lo = p.lo->bound;
+  if (p.hi) side.hi = p.hi->bound;
+  const Dec limit = Limit();
+  if (!side.hi || Cmp(limit, side.hi->value) <= 0) side.hi = Bound{limit, true};
+  if (!side.lo || Cmp(side.lo->value, Neg(limit)) <= 0) side.lo = Bound{Neg(limit), true};
+  return side;
+}
+
+bool Unbounded(const NumberBounds& b) {
+  return !b.minimum && !b.maximum && !b.exclusive_minimum && !b.exclusive_maximum && !b.multiple_of;
+}
+
+}  // namespace
+
+StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds) {
+  if (Unbounded(bounds)) return AddPlainNumberRule(grammar, bounds.integer);
+  POCKET_ASSIGN_OR_RETURN(Prepared p, Prepare(bounds));
+  auto t = std::make_unique<NumberTemplate>(bounds.integer, MakeSide(p), p.multiple_of);
   NumberTemplate* raw = t.get();
   const uint32_t id = grammar->AddTemplate(std::move(t));
   raw->set_self(id);
   return grammar->AddRule("number", {{Grammar::Lazy(id, 0)}});
+}
+
+StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& bounds) {
+  using Found = std::optional<NumberConflict>;
+  if (Unbounded(bounds)) return Found();
+  POCKET_ASSIGN_OR_RETURN(Prepared p, Prepare(bounds));
+  auto named = [](const NamedBound& b) { return std::string(b.keyword) + " " + b.text; };
+  if (p.lo && p.hi) {
+    const int c = Cmp(p.lo->bound.value, p.hi->bound.value);
+    if (c > 0)
+      return Found(
+          NumberConflict{p.lo->keyword, named(*p.lo) + " is greater than " + named(*p.hi)});
+    if (c == 0 && (p.lo->bound.strict || p.hi->bound.strict))
+      return Found(NumberConflict{p.lo->bound.strict ? p.lo->keyword : p.hi->keyword,
+                                  named(*p.lo) + " equals " + named(*p.hi) +
+                                      ", and an exclusive bound leaves no number between them"});
+  }
+  const Dec limit = Limit();
+  if (p.lo && Cmp(p.lo->bound.value, limit) >= 0) {
+    return Found(NumberConflict{p.lo->keyword,
+                                named(*p.lo) + " is not below 1e21, the bound on the magnitude " +
+                                    "of the numbers pocket writes (no exponent, 21 digits)"});
+  }
+  if (p.hi && Cmp(p.hi->bound.value, Neg(limit)) <= 0) {
+    return Found(NumberConflict{p.hi->keyword,
+                                named(*p.hi) + " is not above -1e21, the bound on the magnitude " +
+                                    "of the numbers pocket writes (no exponent, 21 digits)"});
+  }
+  const NumberTemplate t(bounds.integer, MakeSide(p), p.multiple_of);
+  if (t.Satisfiable()) return Found();
+  std::string range;
+  if (p.lo) range = named(*p.lo);
+  if (p.hi) range += (range.empty() ? "" : " and ") + named(*p.hi);
+  if (!range.empty()) range = " within " + range;
+  const char* what = bounds.integer ? "integer" : "number";
+  if (p.multiple_of)
+    return Found(NumberConflict{
+        "multipleOf", std::string("no ") + what + " that is a multiple of " +
+                          ShortText(*bounds.multiple_of, *p.multiple_of) + " lies" + range});
+  return Found(NumberConflict{
+      p.lo ? p.lo->keyword : p.hi->keyword,
+      std::string("no ") + what +
+          (bounds.integer ? "" : " pocket writes (17 significant digits, 0 or 1e-6 <= |x|)") +
+          " lies" + range});
 }
 
 }  // namespace pocket

@@ -1,9 +1,25 @@
 // JSON numbers under JSON Schema numeric keywords (minimum, maximum, exclusiveMinimum,
 // exclusiveMaximum, multipleOf, type "integer"), as grammar rules.
 //
+// What a double holds, written without an exponent. Every number rule, bounded or not, accepts
+// only texts within these limits, so a looping model cannot spend its token budget on one number
+// ("0.000000...", "-3000000...", "1111..."):
+//   - at most 17 significant digits (a double's precision): the digits from the first non-zero
+//     one to the last one written, except the zeros that end an integer written without a
+//     fraction ("1" and 20 zeros is 1e20: one significant digit); trailing fraction zeros count
+//     ("1.50" has three);
+//   - at most 21 integer digits: |x| < 1e21;
+//   - at most 5 zeros right after "0.": a non-zero |x| is at least 0.000001 (1e-6), and zero
+//     has at most 5 fraction digits.
+// The exponent of a number is the length of its zero runs here (the canonical form has no
+// exponent), so bounding the exponent bounds the text: at most kMaxNumberChars characters. The
+// window 1e-6 <= |x| < 1e21 is where JavaScript (Number.prototype.toString) writes plain decimals;
+// a schema whose bounds leave no number inside it is refused (FindNumberConflict), and the
+// canonical text of any other value, e.g. 1e-7 or 1e21, is not accepted by a number rule.
+//
 // Unbounded numbers are plain static rules. Bounded ones are a lazy rule family whose payload is
 // the number text so far: each expansion offers the next characters that keep the text a viable
-// prefix (some completion within the length limit satisfies every bound) and the end of the
+// prefix (some completion within the rule above satisfies every bound) and the end of the
 // number when the text itself satisfies them. Both decisions use exact decimal arithmetic on the
 // digit strings, never floating point, so a rule neither admits a value outside the bounds nor
 // leads generation into a prefix it cannot finish.
@@ -26,14 +42,28 @@ struct NumberBounds {
   std::optional<std::string> multiple_of;  // must be > 0
 };
 
-// The longest number text a bounded rule produces (sign included): room for 1e308 written out.
-inline constexpr size_t kMaxNumberChars = 400;
+// The limits above.
+inline constexpr int kMaxSignificantDigits = 17;
+inline constexpr int kMaxIntegerDigits = 21;
+inline constexpr int kMaxLeadingFractionZeros = 5;
+// The longest number text a rule accepts: "-0.", 5 zeros and 17 digits.
+inline constexpr size_t kMaxNumberChars = 3 + kMaxLeadingFractionZeros + kMaxSignificantDigits;
 
 // Adds a rule matching JSON number texts in plain decimal notation, -?(0|[1-9][0-9]*)(\.[0-9]+)?
-// with no exponent, whose value satisfies the bounds exactly. With `integer` the text has no
-// fraction part ("1" only: the canonical text of 1.0). Bounded rules match at most
-// kMaxNumberChars characters; a rule whose bounds admit no value matches nothing. Errors: a bound
-// that is not a decimal number, a multiple_of that is not positive.
+// with no exponent, within the limits above, whose value satisfies the bounds exactly.
+// With `integer` the text has no fraction part ("1" only: the canonical text of 1.0). A rule
+// whose bounds admit no value matches nothing (FindNumberConflict says why). Errors: a bound that
+// is not a decimal number, a multiple_of that is not positive.
 StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds);
+
+// Why no number text of AddNumberRule's satisfies `bounds`: the keyword to blame (the binding
+// lower or upper bound, or "multipleOf") and a sentence naming the bounds involved, e.g.
+// {"minimum", "minimum 5 is greater than maximum 4"}. Empty when some number does. Errors as
+// AddNumberRule's.
+struct NumberConflict {
+  std::string keyword;
+  std::string reason;
+};
+StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& bounds);
 
 }  // namespace pocket

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <regex>
 #include <set>
@@ -64,10 +68,28 @@ NumberBounds ToBounds(const Spec& s) {
   return b;
 }
 
-// The oracle: JSON number syntax without exponent, then exact bounds on the scaled value.
+// The limits of json_number.h, on the text: at most 17 significant digits (integer-ending zeros
+// of a number without fraction excluded), at most 21 integer digits, at most 5 zeros after "0.".
+bool WithinLimits(std::string_view text) {
+  if (!text.empty() && text[0] == '-') text.remove_prefix(1);
+  const size_t dot = std::min(text.find('.'), text.size());
+  const std::string_view ip = text.substr(0, dot);
+  const std::string_view fp = dot < text.size() ? text.substr(dot + 1) : "";
+  if (ip.size() > 21) return false;
+  if (ip == "0") {
+    const size_t zeros = std::min(fp.find_first_not_of('0'), fp.size());
+    return zeros <= 5 && fp.size() - zeros <= 17;
+  }
+  if (dot == text.size()) return ip.find_last_not_of('0') + 1 <= 17;
+  return ip.size() + fp.size() <= 17;
+}
+
+// The oracle: JSON number syntax without exponent within the limits, then exact bounds on the
+// scaled value.
 bool Oracle(const Spec& s, std::string_view text) {
   static const std::regex kNumber("-?(0|[1-9][0-9]*)(\\.[0-9]+)?");
   if (!std::regex_match(text.begin(), text.end(), kNumber)) return false;
+  if (!WithinLimits(text)) return false;
   if (s.integer && text.find('.') != std::string_view::npos) return false;
   const std::optional<int64_t> v = Scaled(text);
   EXPECT_TRUE(v.has_value()) << text;
@@ -258,7 +280,9 @@ TEST(JsonNumber, PlainRuleIsStatic) {
     for (const std::string& t : Candidates()) {
       EXPECT_EQ(Accepts(g.get(), t), Oracle(spec, t)) << (integer ? "integer " : "") << t;
     }
-    EXPECT_TRUE(Accepts(g.get(), "123456789012345678901234567890"));
+    // At most 17 significant digits (what a double holds): no run of 30 digits.
+    EXPECT_TRUE(Accepts(g.get(), "12345678901234567"));
+    EXPECT_FALSE(Accepts(g.get(), "123456789012345678901234567890"));
   }
 }
 
@@ -398,6 +422,7 @@ TEST(JsonNumber, IntegerWithLargeStep) {
 }
 
 TEST(JsonNumber, LargeIntegers) {
+  // Bounds may be any decimal; the numbers written keep to 17 significant digits.
   const std::string u64max = "18446744073709551615";
   NumberBounds b;
   b.integer = true;
@@ -405,9 +430,12 @@ TEST(JsonNumber, LargeIntegers) {
   b.maximum = u64max;
   auto g = MakeGrammar(b);
   ASSERT_NE(g, nullptr);
-  EXPECT_TRUE(Accepts(g.get(), u64max));
-  EXPECT_TRUE(Accepts(g.get(), "18446744073709551614"));
-  EXPECT_TRUE(Accepts(g.get(), "9999999999999999999"));
+  EXPECT_FALSE(Accepts(g.get(), u64max));  // 20 significant digits
+  EXPECT_FALSE(Accepts(g.get(), "18446744073709551614"));
+  EXPECT_TRUE(Accepts(g.get(), "18446744073709551000"));
+  EXPECT_FALSE(Accepts(g.get(), "18446744073709552000"));
+  EXPECT_TRUE(Accepts(g.get(), "9999999999999999900"));
+  EXPECT_FALSE(Accepts(g.get(), "9999999999999999999"));
   EXPECT_TRUE(Accepts(g.get(), "0"));
   EXPECT_FALSE(Accepts(g.get(), "18446744073709551616"));
   EXPECT_FALSE(Accepts(g.get(), "99999999999999999999"));
@@ -421,54 +449,72 @@ TEST(JsonNumber, LargeIntegers) {
   g = MakeGrammar(x);
   ASSERT_NE(g, nullptr);
   EXPECT_FALSE(Accepts(g.get(), u64max));
-  EXPECT_TRUE(Accepts(g.get(), "18446744073709551610"));
-  EXPECT_TRUE(Accepts(g.get(), "18446744073709551610.0"));
+  EXPECT_TRUE(Accepts(g.get(), "18446744073709551000"));
+  EXPECT_FALSE(Accepts(g.get(), "18446744073709551000.0"));  // the zeros count before a fraction
+  EXPECT_FALSE(Accepts(g.get(), "18446744073709551610"));
   EXPECT_FALSE(Accepts(g.get(), "18446744073709551611"));
-  EXPECT_TRUE(Accepts(g.get(), "-18446744073709551615000"));
+  EXPECT_TRUE(Accepts(g.get(), "-184467440737095510000"));    // 21 digits
+  EXPECT_FALSE(Accepts(g.get(), "-1844674407370955100000"));  // 22 digits: |x| >= 1e21
 }
 
+// Bounds near and beyond 1e21, the magnitude limit.
 TEST(JsonNumber, HugeBounds) {
-  const std::string e308 = "1" + std::string(308, '0');
+  const std::string e20 = "1" + std::string(20, '0');
   NumberBounds b;
-  b.minimum = e308;
+  b.minimum = e20;
   auto g = MakeGrammar(b);
   ASSERT_NE(g, nullptr);
-  EXPECT_TRUE(Accepts(g.get(), e308));
-  EXPECT_TRUE(Accepts(g.get(), e308 + ".5"));
-  EXPECT_TRUE(Accepts(g.get(), "2" + std::string(308, '0')));
-  EXPECT_FALSE(Accepts(g.get(), std::string(308, '9')));
-  EXPECT_FALSE(Accepts(g.get(), "-" + e308));
-  RandomWalks(g.get(), "min1e308", 2, 330, 330, 60);
+  EXPECT_TRUE(Accepts(g.get(), e20));
+  EXPECT_FALSE(Accepts(g.get(), e20 + ".5"));  // 22 significant digits
+  EXPECT_TRUE(Accepts(g.get(), "15" + std::string(19, '0')));
+  EXPECT_TRUE(Accepts(g.get(), "99999999999999999" + std::string(4, '0')));
+  EXPECT_FALSE(Accepts(g.get(), "1" + std::string(21, '0')));  // 1e21
+  EXPECT_FALSE(Accepts(g.get(), std::string(20, '9')));
+  EXPECT_FALSE(Accepts(g.get(), "-" + e20));
+  RandomWalks(g.get(), "min1e20", 10, 30, 30);
 
   NumberBounds eq;
   eq.integer = true;
-  eq.minimum = "-" + e308;
-  eq.maximum = "-" + e308;
+  eq.minimum = "-" + e20;
+  eq.maximum = "-" + e20;
   g = MakeGrammar(eq);
   ASSERT_NE(g, nullptr);
-  EXPECT_TRUE(Accepts(g.get(), "-" + e308));
-  EXPECT_FALSE(Accepts(g.get(), e308));
-  EXPECT_FALSE(Accepts(g.get(), "-" + e308 + "0"));
-  RandomWalks(g.get(), "eq-1e308", 1, 330, 330, 60);
+  EXPECT_TRUE(Accepts(g.get(), "-" + e20));
+  EXPECT_FALSE(Accepts(g.get(), e20));
+  EXPECT_FALSE(Accepts(g.get(), "-" + e20 + "0"));
+  RandomWalks(g.get(), "eq-1e20", 3, 30, 30);
 
-  NumberBounds m;  // multiples of 1.5 at or above 1e308
-  m.exclusive_minimum = e308;
+  // Multiples of 1.5 above 1e20: with 21 digits, 17 significant ones N and 4 zeros, those whose
+  // N is a multiple of 3.
+  NumberBounds m;
+  m.exclusive_minimum = e20;
   m.multiple_of = "1.5";
   g = MakeGrammar(m);
   ASSERT_NE(g, nullptr);
-  EXPECT_FALSE(Accepts(g.get(), e308));
-  EXPECT_TRUE(Accepts(g.get(), std::string(308, '0').insert(0, "1").replace(307, 2, "02")));
-  EXPECT_FALSE(Accepts(g.get(), std::string(308, '0').insert(0, "1").replace(307, 2, "01")));
-  EXPECT_TRUE(Accepts(g.get(), e308 + ".5"));                        // 1e308 = 1 (mod 1.5)
-  EXPECT_TRUE(Accepts(g.get(), "2" + std::string(307, '0') + "1"));  // 2e308 = 0.5 (mod 1.5)
-  EXPECT_FALSE(Accepts(g.get(), "2" + std::string(308, '0') + ".5"));
+  EXPECT_FALSE(Accepts(g.get(), e20));
+  EXPECT_TRUE(Accepts(g.get(), "100000000000000020000"));
+  EXPECT_FALSE(Accepts(g.get(), "100000000000000010000"));
+  EXPECT_TRUE(Accepts(g.get(), "100000000000000050000"));
+  EXPECT_FALSE(Accepts(g.get(), e20 + ".5"));
+  EXPECT_FALSE(Accepts(g.get(), "100000000000000000001"));
+  RandomWalks(g.get(), "mult1.5above1e20", 10, 30, 30);
+
+  // No number is written at or beyond 1e21: such bounds leave nothing.
+  for (const char* min : {"1e21", "1e308", "1000000000000000000000"}) {
+    NumberBounds none;
+    none.minimum = min;
+    g = MakeGrammar(none);
+    ASSERT_NE(g, nullptr);
+    Recognizer r(g.get());
+    for (char c : kAlphabet) EXPECT_FALSE(*r.Probe(std::string(1, c))) << min << ": " << c;
+  }
 }
 
-TEST(JsonNumber, LengthLimit) {
-  // Values that need more than kMaxNumberChars characters are out of reach, and so unviable.
+TEST(JsonNumber, TinyValues) {
+  // A non-zero magnitude is at least 1e-6: at most 5 zeros after "0.".
   NumberBounds b;
   b.exclusive_minimum = "0";
-  b.maximum = "0." + std::string(398, '0') + "1";  // 10^-399: "0." + 399 digits = 401 chars
+  b.maximum = "0.0000001";  // 1e-7: nothing fits
   auto g = MakeGrammar(b);
   ASSERT_NE(g, nullptr);
   Recognizer r(g.get());
@@ -476,18 +522,241 @@ TEST(JsonNumber, LengthLimit) {
     StatusOr<bool> p = r.Probe(std::string(1, c));
     EXPECT_TRUE(p.ok() && !*p) << c;
   }
-  b.maximum = "0." + std::string(397, '0') + "1";  // 10^-398: 400 chars exactly
+  b.maximum = "0.000001";  // 1e-6
   g = MakeGrammar(b);
   ASSERT_NE(g, nullptr);
   EXPECT_TRUE(Accepts(g.get(), *b.maximum));
-  RandomWalks(g.get(), "limit", 3, 400, 400, 50);
+  EXPECT_TRUE(Accepts(g.get(), "0.0000010"));
+  EXPECT_FALSE(Accepts(g.get(), "0.0000005"));
+  EXPECT_FALSE(Accepts(g.get(), "0.00000"));  // zero: excluded
+  RandomWalks(g.get(), "tiny", 5, kMaxNumberChars, kMaxNumberChars);
 
   NumberBounds n;
   n.minimum = "0";
   g = MakeGrammar(n);
   ASSERT_NE(g, nullptr);
-  EXPECT_TRUE(Accepts(g.get(), "1." + std::string(kMaxNumberChars - 2, '5')));
-  EXPECT_FALSE(Accepts(g.get(), "1." + std::string(kMaxNumberChars - 1, '5')));
+  EXPECT_TRUE(Accepts(g.get(), "1." + std::string(16, '5')));
+  EXPECT_FALSE(Accepts(g.get(), "1." + std::string(17, '5')));
+  EXPECT_TRUE(Accepts(g.get(), "0.00000"));
+  EXPECT_FALSE(Accepts(g.get(), "0.000000"));
+}
+
+// The shortest round-trip text of `d` in plain decimal (no exponent), as CanonicalJson writes it.
+std::string PlainShortest(double d) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string s(buf, res.ptr);
+  std::string out;
+  if (s[0] == '-') {
+    out = "-";
+    s.erase(0, 1);
+  }
+  const size_t e = s.find('e');
+  const int exp10 = std::stoi(s.substr(e + 1));
+  std::string digits = s.substr(0, e);
+  if (digits.size() > 1) digits.erase(1, 1);  // the point
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const int point = exp10 + 1;  // digits before the point
+  if (digits == "0") return "0";
+  if (point <= 0) return out + "0." + std::string(static_cast<size_t>(-point), '0') + digits;
+  if (point >= static_cast<int>(digits.size()))
+    return out + digits + std::string(static_cast<size_t>(point) - digits.size(), '0');
+  return out + digits.substr(0, static_cast<size_t>(point)) + "." +
+         digits.substr(static_cast<size_t>(point));
+}
+
+// Every rule keeps to the limits: 17 significant digits, |x| < 1e21, at most 5 zeros after "0.".
+// The plain static rules and the bounded lazy ones agree; a looping model runs out of room.
+TEST(JsonNumber, LimitsBoundEveryNumber) {
+  const std::vector<std::string> good = {
+      "0",
+      "-0",
+      "0.0",
+      "0.00000",
+      "12345678901234567",
+      "1234567890123456.7",
+      "0.12345678901234567",
+      "1.5000000000000000",
+      "100.25",
+      "0.0000012345678901234567",
+      "0.000001",
+      "123456789012345670000",
+      "-1" + std::string(20, '0'),
+      "999999999999999990000",
+  };
+  const std::vector<std::string> bad = {
+      "123456789012345678",
+      "12345678901234567.0",
+      "1234567890123456.78",
+      "1.00000000000000000",
+      "0.123456789012345678",
+      "0.000000",
+      "0.0000001",
+      "0.00000012",
+      "1" + std::string(21, '0'),
+      "1234567890123456780",
+      "999999999999999999999",
+  };
+  NumberBounds plain, wide, integer;
+  wide.minimum = "-1e400";  // a bounded (lazy) rule; |x| < 1e21 is the tighter bound
+  integer.integer = true;
+  for (const NumberBounds& bounds : {plain, wide}) {
+    auto g = MakeGrammar(bounds);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->num_templates(), bounds.minimum ? 1u : 0u);
+    for (const std::string& t : good) EXPECT_TRUE(Accepts(g.get(), t)) << t;
+    for (const std::string& t : bad) EXPECT_FALSE(Accepts(g.get(), t)) << t;
+    // How long a run of one character can go on: zeros after "0.", digits of an integer, zeros
+    // of a fraction, placeholder zeros.
+    auto run = [&](const std::string& prefix, char c) {
+      Recognizer r(g.get());
+      EXPECT_TRUE(*r.Feed(prefix));
+      size_t n = 0;
+      while (n < 1000 && *r.Feed(std::string(1, c))) ++n;
+      return n;
+    };
+    EXPECT_EQ(run("0.", '0'), 5u);
+    EXPECT_EQ(run("-0.", '0'), 5u);
+    EXPECT_EQ(run("1", '1'), 16u);
+    EXPECT_EQ(run("1.", '0'), 16u);
+    EXPECT_EQ(run("-3", '0'), 20u);
+    EXPECT_EQ(run("0.000001", '5'), 16u);
+  }
+  for (const NumberBounds& bounds : {integer, [] {
+                                       NumberBounds b;
+                                       b.integer = true;
+                                       b.maximum = "1e400";
+                                       return b;
+                                     }()}) {
+    auto g = MakeGrammar(bounds);
+    ASSERT_NE(g, nullptr);
+    EXPECT_TRUE(Accepts(g.get(), "12345678901234567"));
+    EXPECT_TRUE(Accepts(g.get(), "-999999999999999990000"));
+    EXPECT_FALSE(Accepts(g.get(), "123456789012345678"));
+    EXPECT_FALSE(Accepts(g.get(), "1" + std::string(21, '0')));
+    EXPECT_FALSE(Accepts(g.get(), "1.5"));
+  }
+  // Random doubles of every magnitude around the window: the shortest text of each is accepted
+  // exactly when the double lies in it (0, or 1e-6 <= |x| < 1e21).
+  auto g_plain = MakeGrammar(plain);
+  auto g_wide = MakeGrammar(wide);
+  ASSERT_TRUE(g_plain && g_wide);
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> mantissa(1.0, 10.0);
+  int inside = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int e10 = static_cast<int>(rng() % 34) - 10;  // 1e-10 .. 1e23
+    double d = mantissa(rng) * std::pow(10.0, e10) * (rng() % 2 ? -1 : 1);
+    if (i % 7 == 0) d = std::round(d);  // integers too
+    const std::string t = PlainShortest(d);
+    const bool want = d == 0 || (std::fabs(d) >= 1e-6 && std::fabs(d) < 1e21);
+    inside += want;
+    EXPECT_EQ(Accepts(g_plain.get(), t), want) << t;
+    if (i % 10 == 0) {
+      EXPECT_EQ(Accepts(g_wide.get(), t), want) << t;
+    }
+  }
+  EXPECT_GT(inside, 1500);
+  for (double d : {1e-6, -1e-6, 0.1, 9007199254740993.0, 1e20, 999999999999999900000.0,
+                   std::nextafter(1e21, 0.0), 0.30000000000000004}) {
+    EXPECT_TRUE(Accepts(g_plain.get(), PlainShortest(d))) << PlainShortest(d);
+    EXPECT_TRUE(Accepts(g_wide.get(), PlainShortest(d))) << PlainShortest(d);
+  }
+  for (double d : {1e21, std::nextafter(1e-6, 0.0), 1e-7, 1e308, 5e-324}) {
+    EXPECT_FALSE(Accepts(g_plain.get(), PlainShortest(d))) << PlainShortest(d);
+    EXPECT_FALSE(Accepts(g_wide.get(), PlainShortest(d))) << PlainShortest(d);
+  }
+  RandomWalks(g_plain.get(), "plain", 30, kMaxNumberChars, 40);
+}
+
+std::optional<NumberConflict> Conflict(const NumberBounds& b) {
+  StatusOr<std::optional<NumberConflict>> c = FindNumberConflict(b);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : std::nullopt;
+}
+
+// Bounds no number meets are named: the keyword to blame and the bounds involved.
+TEST(JsonNumber, ConflictsNameTheBounds) {
+  struct Case {
+    Spec spec;
+    const char* keyword;  // nullptr: no conflict
+    const char* reason;
+  };
+  const Case cases[] = {
+      {{"", false, "5", "4", nullptr, nullptr, nullptr},
+       "minimum",
+       "minimum 5 is greater than maximum 4"},
+      {{"", false, nullptr, nullptr, "2", "2", nullptr},
+       "exclusiveMinimum",
+       "exclusiveMinimum 2 equals exclusiveMaximum 2"},
+      {{"", false, "2", nullptr, nullptr, "2", nullptr},
+       "exclusiveMaximum",
+       "minimum 2 equals exclusiveMaximum 2"},
+      {{"", false, "3", "4", "5", nullptr, nullptr},
+       "exclusiveMinimum",
+       "exclusiveMinimum 5 is greater than maximum 4"},
+      {{"", true, "0.2", "0.8", nullptr, nullptr, nullptr},
+       "minimum",
+       "no integer lies within minimum 0.2 and maximum 0.8"},
+      {{"", true, nullptr, nullptr, "1", "2", nullptr},
+       "exclusiveMinimum",
+       "no integer lies within exclusiveMinimum 1 and exclusiveMaximum 2"},
+      {{"", false, "2.5", "3.5", nullptr, nullptr, "2"},
+       "multipleOf",
+       "no number that is a multiple of 2 lies within minimum 2.5 and maximum 3.5"},
+      {{"", true, "0.1", "0.9", nullptr, nullptr, "0.25"},
+       "multipleOf",
+       "no integer that is a multiple of 0.25 lies within minimum 0.1 and maximum 0.9"},
+      {{"", false, "1e21", nullptr, nullptr, nullptr, nullptr},
+       "minimum",
+       "minimum 1e21 is not below 1e21"},
+      {{"", false, nullptr, nullptr, "1000000000000000000000", nullptr, nullptr},
+       "exclusiveMinimum",
+       "exclusiveMinimum 1000000000000000000000 is not below 1e21"},
+      {{"", false, nullptr, nullptr, nullptr, "-1e300", nullptr},
+       "exclusiveMaximum",
+       "exclusiveMaximum -1e300 is not above -1e21"},
+      {{"", false, nullptr, nullptr, "1", "1.000000000000000001", nullptr},
+       "exclusiveMinimum",
+       "no number pocket writes (17 significant digits, 0 or 1e-6 <= |x|) lies within "
+       "exclusiveMinimum 1 and exclusiveMaximum 1.000000000000000001"},
+      {{"", false, nullptr, "0.0000001", "0", nullptr, nullptr},
+       "exclusiveMinimum",
+       "no number pocket writes (17 significant digits, 0 or 1e-6 <= |x|) lies within "
+       "exclusiveMinimum 0 and maximum 0.0000001"},
+      {{"", false, nullptr, nullptr, "0", "0.000001", nullptr}, "exclusiveMinimum", "no number"},
+      {{"", false, "0", "0.0000009", nullptr, nullptr, nullptr}, nullptr, nullptr},  // zero
+      {{"", false, "1", "1", nullptr, nullptr, nullptr}, nullptr, nullptr},
+      {{"", true, "0.5", "1.5", nullptr, nullptr, nullptr}, nullptr, nullptr},
+      {{"", false, nullptr, nullptr, nullptr, nullptr, "0.25"}, nullptr, nullptr},
+      {{"", true, nullptr, nullptr, nullptr, nullptr, "0.25"}, nullptr, nullptr},
+      {{"", false, "1e20", nullptr, nullptr, nullptr, nullptr}, nullptr, nullptr},
+      {{"", false, nullptr, "-999999999999999990000", nullptr, nullptr, nullptr}, nullptr, nullptr},
+      {{"", false, nullptr, nullptr, nullptr, nullptr, nullptr}, nullptr, nullptr},
+  };
+  for (const Case& c : cases) {
+    const NumberBounds b = ToBounds(c.spec);
+    const std::optional<NumberConflict> got = Conflict(b);
+    const std::string what = StrCat(
+        "min=", c.spec.min ? c.spec.min : "-", " max=", c.spec.max ? c.spec.max : "-",
+        " xmin=", c.spec.xmin ? c.spec.xmin : "-", " xmax=", c.spec.xmax ? c.spec.xmax : "-");
+    if (!c.keyword) {
+      EXPECT_FALSE(got.has_value()) << what << ": " << got->reason;
+      continue;
+    }
+    ASSERT_TRUE(got.has_value()) << what;
+    EXPECT_EQ(got->keyword, c.keyword) << what << ": " << got->reason;
+    EXPECT_NE(got->reason.find(c.reason), std::string::npos) << what << ": " << got->reason;
+  }
+  // Agreement with the rules themselves: a conflict exactly when the rule allows nothing.
+  for (const Spec& s : kSpecs) {
+    auto g = MakeGrammar(ToBounds(s));
+    ASSERT_NE(g, nullptr);
+    Recognizer r(g.get());
+    bool any = false;
+    for (char c : kAlphabet) any = any || *r.Probe(std::string(1, c));
+    EXPECT_EQ(Conflict(ToBounds(s)).has_value(), !any) << s.name;
+  }
 }
 
 TEST(JsonNumber, BadBounds) {

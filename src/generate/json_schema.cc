@@ -4,7 +4,9 @@
 // properties already present, so members may come in any order but each at most once; numbers
 // with bounds are the lazy family of json_number.h. enum and const are exact: each listed value
 // is kept only if the rest of the schema accepts its canonical text (checked with a recognizer
-// over the rest compiled alone).
+// over the rest compiled alone). Each location's compilation also says whether any value matches
+// it (Alts::why when none does), so unsatisfiable schemas are refused here, with the keyword and
+// pointer to blame, not discovered as a dead end in the middle of generation.
 #include "generate/json_schema.h"
 
 #include <algorithm>
@@ -12,8 +14,10 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "base/str.h"
 #include "generate/json_number.h"
 #include "generate/regex.h"
 #include "tokenizer/utf8.h"
@@ -199,6 +203,14 @@ Status Unsupported(std::string_view keyword, const std::string& pointer, std::st
   return InvalidArgumentError(kUnsupportedKeywordPrefix, keyword, "\" at #", pointer, ": ", why);
 }
 
+std::string UnsatisfiableMessage(std::string_view keyword, const std::string& pointer,
+                                 std::string_view why) {
+  return StrCat(kUnsatisfiablePrefix, " keyword \"", keyword, "\" at #", pointer, ": ", why);
+}
+Status Unsatisfiable(std::string_view keyword, const std::string& pointer, std::string_view why) {
+  return InvalidArgumentError(UnsatisfiableMessage(keyword, pointer, why));
+}
+
 std::string EscapePointerToken(const std::string& t) {
   std::string out;
   for (char c : t) {
@@ -256,22 +268,37 @@ const std::set<std::string>& KnownKeywords() {
 
 class ObjectTemplate;
 
+// A schema location compiled: its alternatives, and when there are none (no value matches it),
+// why, as an unsatisfiable-schema error.
+struct Alts {
+  std::vector<GrammarSeq> seqs;
+  Status why;
+};
+
 class Compiler {
  public:
   Compiler(const Json& root, const JsonSchemaOptions& options, Grammar* g)
       : root_(root), options_(options), g_(g) {}
 
-  // The rule for the schema at `pointer` (memoized; recursion through $ref is fine).
-  StatusOr<uint32_t> RuleAt(const std::string& pointer, const Json& schema, bool span = false) {
+  // The rule for the schema at `pointer` (memoized; recursion through $ref is fine). A schema
+  // that matches no value is an error, except the boolean `false` where `allow_false` (then the
+  // rule is Empty). A rule still being compiled (a recursive reference) counts as not empty.
+  StatusOr<uint32_t> RuleAt(const std::string& pointer, const Json& schema, bool span = false,
+                            bool allow_false = true) {
     const std::string key = pointer + (span ? "#span" : "");
     auto it = rules_.find(key);
     if (it != rules_.end()) return it->second;
     const uint32_t rule = g_->AddRule("schema#" + pointer);
     rules_.emplace(key, rule);
-    POCKET_ASSIGN_OR_RETURN(std::vector<GrammarSeq> alts, Compile(pointer, schema, span, 0));
-    for (GrammarSeq& a : alts) g_->AddAlt(rule, std::move(a));
+    POCKET_ASSIGN_OR_RETURN(Alts alts, Compile(pointer, schema, span, 0, /*branch=*/false));
+    if (alts.seqs.empty()) {
+      if (!(allow_false && schema.is_boolean())) return alts.why;
+      empty_rules_.insert(rule);
+    }
+    for (GrammarSeq& a : alts.seqs) g_->AddAlt(rule, std::move(a));
     return rule;
   }
+  bool Empty(uint32_t rule) const { return empty_rules_.count(rule) > 0; }
 
   // Optional ' ' after ':' and ','.
   uint32_t OptSpace() {
@@ -347,8 +374,10 @@ class Compiler {
     return v;
   }
 
-  StatusOr<std::vector<GrammarSeq>> Compile(const std::string& pointer, const Json& schema,
-                                            bool span, int depth);
+  // The alternatives of the schema at `pointer`. Keywords that contradict each other for a type
+  // are an error, except in a `branch` of anyOf / oneOf, where they only drop that type.
+  StatusOr<Alts> Compile(const std::string& pointer, const Json& schema, bool span, int depth,
+                         bool branch);
 
   const JsonSchemaOptions& options() const { return options_; }
   Grammar* grammar() { return g_; }
@@ -408,11 +437,15 @@ class Compiler {
     return node;
   }
 
+  // The rules of one type with the keywords that apply to it. When those keywords admit no value,
+  // *unsat says why (naming the keyword) and the rule returned is meaningless.
   // Strings: lengths, pattern, format, span.
-  StatusOr<uint32_t> StringRule(const std::string& pointer, const Json& s, bool span);
-  StatusOr<uint32_t> ArrayRule(const std::string& pointer, const Json& s);
-  StatusOr<uint32_t> ObjectRule(const std::string& pointer, const Json& s);
-  StatusOr<uint32_t> NumberRule(const std::string& pointer, const Json& s, bool integer);
+  StatusOr<uint32_t> StringRule(const std::string& pointer, const Json& s, bool span,
+                                Status* unsat);
+  StatusOr<uint32_t> ArrayRule(const std::string& pointer, const Json& s, Status* unsat);
+  StatusOr<uint32_t> ObjectRule(const std::string& pointer, const Json& s, Status* unsat);
+  StatusOr<uint32_t> NumberRule(const std::string& pointer, const Json& s, bool integer,
+                                Status* unsat);
   // Merges `extra` keywords into `base` (an object); unsupported when both have a keyword or
   // when the merge would change what properties/items mean.
   Status Merge(Json* base, const Json& extra, const std::string& pointer, std::string_view what);
@@ -421,6 +454,7 @@ class Compiler {
   const JsonSchemaOptions& options_;
   Grammar* g_;
   std::map<std::string, uint32_t> rules_;
+  std::set<uint32_t> empty_rules_;  // rules of `false` schemas
   uint32_t opt_space_ = kNone, any_char_ = kNone, any_body_ = kNone, any_string_ = kNone,
            any_number_ = kNone, any_integer_ = kNone, any_value_ = kNone;
   std::map<std::string, std::vector<std::string>> merged_pointers_;
@@ -612,7 +646,8 @@ StatusOr<std::string> FormatRegex(const std::string& format) {
   return UnimplementedError(format);
 }
 
-StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& s, bool span) {
+StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& s, bool span,
+                                        Status* unsat) {
   int min_len = 0, max_len = -1;
   if (auto it = s.find("minLength"); it != s.end()) {
     min_len = AsCount(*it);
@@ -623,6 +658,11 @@ StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& 
     max_len = AsCount(*it);
     if (max_len < 0)
       return InvalidArgumentError("JSON Schema: maxLength at #", pointer, " is not a count");
+  }
+  if (max_len >= 0 && max_len < min_len) {
+    *unsat = Unsatisfiable("minLength", pointer,
+                           StrCat("minLength ", min_len, " is greater than maxLength ", max_len));
+    return 0u;
   }
   if (auto it = s.find("x-pocket-span"); it != s.end()) {
     if (!it->is_boolean())
@@ -638,6 +678,15 @@ StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& 
                                   " needs a span source (--span-source)");
     if (has_pattern || has_format)
       return Unsupported(has_pattern ? "pattern" : "format", pointer, "not together with a span");
+    int source_chars = 0;
+    for (size_t at = 0; at < options_.span_source.size(); ++source_chars)
+      utf8::DecodeAt(options_.span_source, &at);
+    if (min_len > source_chars) {
+      *unsat = Unsatisfiable("minLength", pointer,
+                             StrCat("minLength ", min_len, " is longer than the span source (",
+                                    source_chars, " characters)"));
+      return 0u;
+    }
     POCKET_ASSIGN_OR_RETURN(uint32_t r, AddSpanRule(g_, options_.span_source,
                                                     SpanEscaping::kJsonString, min_len, max_len));
     body.push_back(Grammar::Ref(r));
@@ -683,7 +732,6 @@ StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& 
   } else if (min_len == 0 && max_len < 0) {
     body.push_back(Grammar::Ref(AnyStringBody()));
   } else {
-    if (max_len >= 0 && max_len < min_len) return g_->AddRule("never");
     if (min_len > 100000 || max_len > 100000)
       return Unsupported(min_len > 100000 ? "minLength" : "maxLength", pointer, "over 100000");
     body.push_back(
@@ -695,7 +743,8 @@ StatusOr<uint32_t> Compiler::StringRule(const std::string& pointer, const Json& 
   return g_->AddRule("string", {seq});
 }
 
-StatusOr<uint32_t> Compiler::NumberRule(const std::string& pointer, const Json& s, bool integer) {
+StatusOr<uint32_t> Compiler::NumberRule(const std::string& pointer, const Json& s, bool integer,
+                                        Status* unsat) {
   NumberBounds b;
   b.integer = integer;
   auto take = [&](const char* k, std::optional<std::string>* out) -> Status {
@@ -716,10 +765,15 @@ StatusOr<uint32_t> Compiler::NumberRule(const std::string& pointer, const Json& 
     return InvalidArgumentError("JSON Schema: multipleOf at #", pointer, " must be positive");
   if (!b.minimum && !b.maximum && !b.exclusive_minimum && !b.exclusive_maximum && !b.multiple_of)
     return PlainNumber(integer);
+  POCKET_ASSIGN_OR_RETURN(std::optional<NumberConflict> conflict, FindNumberConflict(b));
+  if (conflict) {
+    *unsat = Unsatisfiable(conflict->keyword, pointer, conflict->reason);
+    return 0u;
+  }
   return AddNumberRule(g_, b);
 }
 
-StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s) {
+StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s, Status* unsat) {
   if (auto it = s.find("uniqueItems"); it != s.end() && !(it->is_boolean() && !it->get<bool>()))
     return Unsupported("uniqueItems", pointer, "uniqueness of items is not context-free");
   int min_items = 0, max_items = -1;
@@ -732,6 +786,11 @@ StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s
     max_items = AsCount(*it);
     if (max_items < 0)
       return InvalidArgumentError("JSON Schema: maxItems at #", pointer, " is not a count");
+  }
+  if (max_items >= 0 && min_items > max_items) {
+    *unsat = Unsatisfiable("minItems", pointer,
+                           StrCat("minItems ", min_items, " is greater than maxItems ", max_items));
+    return 0u;
   }
   if (min_items > 10000 || max_items > 10000)
     return Unsupported(min_items > 10000 ? "minItems" : "maxItems", pointer, "over 10000");
@@ -754,8 +813,21 @@ StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s
       POCKET_ASSIGN_OR_RETURN(rest, RuleAt(pointer + "/items", *it));
     }
   }
-  // A_i: the elements from index i on. A_i ::= "]" (i >= min) | sep elem_i A_{i+1}.
   const size_t np = prefix.size();
+  for (size_t i = 0; i < np && static_cast<int>(i) < min_items; ++i) {
+    if (!Empty(prefix[i])) continue;
+    *unsat = Unsatisfiable("minItems", pointer,
+                           StrCat("minItems ", min_items, " requires item ", i,
+                                  ", which prefixItems/", i, " makes false"));
+    return 0u;
+  }
+  if (!rest_allowed && static_cast<size_t>(min_items) > np) {
+    *unsat = Unsatisfiable("minItems", pointer,
+                           StrCat("minItems ", min_items, " is more than the ", np,
+                                  " items prefixItems allows (items is false)"));
+    return 0u;
+  }
+  // A_i: the elements from index i on. A_i ::= "]" (i >= min) | sep elem_i A_{i+1}.
   const int limit = max_items >= 0 ? max_items : -1;
   // Past the prefix and the minimum, the tail repeats: one star rule (or a bounded chain).
   const int steady = std::max(static_cast<int>(np), min_items);
@@ -782,7 +854,7 @@ StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s
   return g_->AddRule("array", {{g_->Char('['), Grammar::Ref(first)}});
 }
 
-StatusOr<uint32_t> Compiler::ObjectRule(const std::string& pointer, const Json& s) {
+StatusOr<uint32_t> Compiler::ObjectRule(const std::string& pointer, const Json& s, Status* unsat) {
   for (const char* k : {"patternProperties", "propertyNames", "minProperties", "maxProperties",
                         "dependentRequired", "dependentSchemas", "unevaluatedProperties"}) {
     if (s.contains(k)) return Unsupported(k, pointer, "not supported");
@@ -829,10 +901,26 @@ StatusOr<uint32_t> Compiler::ObjectRule(const std::string& pointer, const Json& 
     }
   }
   for (const std::string& r : required) {
-    if (std::find(spec.names.begin(), spec.names.end(), r) != spec.names.end()) continue;
+    const auto declared = std::find(spec.names.begin(), spec.names.end(), r);
+    if (declared != spec.names.end()) {
+      if (spec.value_rules[static_cast<size_t>(declared - spec.names.begin())] !=
+          ObjectTemplate::kNever)
+        continue;
+      *unsat = Unsatisfiable("required", pointer,
+                             StrCat("property ", CanonicalJson(Json(r)),
+                                    " is required, but properties makes it false"));
+      return 0u;
+    }
+    if (!additional) {
+      *unsat = Unsatisfiable("required", pointer,
+                             StrCat("property ", CanonicalJson(Json(r)),
+                                    " is required, but additionalProperties is false and "
+                                    "properties does not declare it"));
+      return 0u;
+    }
     spec.names.push_back(r);
     spec.required.push_back(true);
-    spec.value_rules.push_back(additional ? additional_rule : ObjectTemplate::kNever);
+    spec.value_rules.push_back(additional_rule);
   }
   spec.additional = additional;
   spec.additional_rule = additional_rule;
@@ -848,7 +936,12 @@ Status Compiler::Merge(Json* base, const Json& extra, const std::string& pointer
                        std::string_view what) {
   if (++merge_count_ > 10000) return Unsupported(what, pointer, "too many merges");
   if (extra.is_boolean()) {
-    if (!extra.get<bool>()) (*base)[kNever] = true;
+    if (!extra.get<bool>() && !base->contains(kNever)) {
+      (*base)[kNever] = UnsatisfiableMessage(what, pointer,
+                                             what == "allOf"  ? "one of its schemas is false"
+                                             : what == "$ref" ? "it refers to the schema false"
+                                                              : "the branch is false");
+    }
     return Status::Ok();
   }
   if (!extra.is_object())
@@ -896,7 +989,12 @@ Status Compiler::Merge(Json* base, const Json& extra, const std::string& pointer
           both.push_back("integer");
         }
       }
-      if (both.empty()) (*base)[kNever] = true;
+      if (both.empty() && !base->contains(kNever)) {
+        (*base)[kNever] = UnsatisfiableMessage(
+            "type", pointer,
+            StrCat("the ", what, " schemas have no type in common: ", (*base)[k].dump(), " and ",
+                   it->dump()));
+      }
       (*base)[k] = both;
       continue;
     }
@@ -931,17 +1029,22 @@ Status Compiler::Merge(Json* base, const Json& extra, const std::string& pointer
   return Status::Ok();
 }
 
-StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, const Json& schema,
-                                                    bool span, int depth) {
+StatusOr<Alts> Compiler::Compile(const std::string& pointer, const Json& schema, bool span,
+                                 int depth, bool branch) {
   if (depth > 64) return Unsupported("$ref", pointer, "references nest too deeply");
   if (schema.is_boolean()) {
-    if (!schema.get<bool>()) return std::vector<GrammarSeq>{};
-    return std::vector<GrammarSeq>{{Grammar::Ref(AnyValue())}};
+    if (!schema.get<bool>()) {
+      return Alts{{},
+                  InvalidArgumentError(kUnsatisfiablePrefix, " at #", pointer,
+                                       ": the schema is false (it matches no value)")};
+    }
+    return Alts{{{Grammar::Ref(AnyValue())}}, Status::Ok()};
   }
   if (!schema.is_object())
     return InvalidArgumentError("JSON Schema: the schema at #", pointer,
                                 " is not an object or boolean");
-  if (schema.contains(kNever)) return std::vector<GrammarSeq>{};  // merged with `false`
+  if (auto it = schema.find(kNever); it != schema.end() && it->is_string())
+    return Alts{{}, InvalidArgumentError(it->get<std::string>())};  // merged with `false`, ...
   for (auto it = schema.begin(); it != schema.end(); ++it) {
     const std::string& k = it.key();
     if (AnnotationKeywords().count(k)) continue;
@@ -973,13 +1076,15 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     std::string target_pointer = ref.substr(1);
     if (rest.empty() && !span) {
       POCKET_ASSIGN_OR_RETURN(uint32_t r, RuleAt(target_pointer, *target));
-      return std::vector<GrammarSeq>{{Grammar::Ref(r)}};
+      if (Empty(r))
+        return Alts{{}, Unsatisfiable("$ref", pointer, StrCat(Json(ref).dump(), " is false"))};
+      return Alts{{{Grammar::Ref(r)}}, Status::Ok()};
     }
     Json merged = rest;
     POCKET_RETURN_IF_ERROR(Merge(&merged, *target, pointer, "$ref"));
     if (merged.contains("$ref") && merged["$ref"] == Json(ref))
       return Unsupported("$ref", pointer, "a recursive reference next to other keywords");
-    return Compile(pointer, merged, span, depth + 1);
+    return Compile(pointer, merged, span, depth + 1, branch);
   }
   if (auto it = rest.find("allOf"); it != rest.end()) {
     if (!it->is_array() || it->empty())
@@ -987,7 +1092,7 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     Json merged = rest;
     merged.erase("allOf");
     for (const Json& sub : *it) POCKET_RETURN_IF_ERROR(Merge(&merged, sub, pointer, "allOf"));
-    return Compile(pointer, merged, span, depth + 1);
+    return Compile(pointer, merged, span, depth + 1, branch);
   }
   for (const char* comb : {"anyOf", "oneOf"}) {
     auto it = rest.find(comb);
@@ -1003,7 +1108,8 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     std::vector<Json> branches;
     for (const Json& b : *it) {
       Json m = siblings;
-      POCKET_RETURN_IF_ERROR(Merge(&m, b, pointer, comb));
+      POCKET_RETURN_IF_ERROR(
+          Merge(&m, b, pointer + "/" + comb + "/" + std::to_string(branches.size()), comb));
       branches.push_back(std::move(m));
     }
     if (one) {
@@ -1088,29 +1194,42 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
         }
       }
     }
-    std::vector<GrammarSeq> alts;
+    // A branch may be unsatisfiable (siblings merged into it can contradict it); all of them
+    // may not.
+    Alts alts;
+    std::string whys;
     for (size_t i = 0; i < branches.size(); ++i) {
-      POCKET_ASSIGN_OR_RETURN(
-          std::vector<GrammarSeq> b,
-          Compile(pointer + "/" + comb + "/" + std::to_string(i), branches[i], span, depth + 1));
-      for (GrammarSeq& a : b) alts.push_back(std::move(a));
+      POCKET_ASSIGN_OR_RETURN(Alts b, Compile(pointer + "/" + comb + "/" + std::to_string(i),
+                                              branches[i], span, depth + 1, /*branch=*/true));
+      if (b.seqs.empty()) {
+        std::string_view why = b.why.message();
+        if (why.starts_with(kUnsatisfiablePrefix))
+          why.remove_prefix(kUnsatisfiablePrefix.size() + 1);
+        whys += StrCat(whys.empty() ? "" : "; ", why);
+      }
+      for (GrammarSeq& a : b.seqs) alts.seqs.push_back(std::move(a));
     }
+    if (alts.seqs.empty())
+      alts.why = Unsatisfiable(comb, pointer, "every branch is unsatisfiable (" + whys + ")");
     return alts;
   }
 
   // enum / const: each value kept if the rest of the schema accepts it.
   if (rest.contains("enum") || rest.contains("const")) {
+    const char* keyword = rest.contains("const") ? "const" : "enum";
     std::vector<Json> values;
     if (auto it = rest.find("const"); it != rest.end()) values.push_back(*it);
     if (auto it = rest.find("enum"); it != rest.end()) {
       if (!it->is_array())
         return InvalidArgumentError("JSON Schema: enum at #", pointer, " is not an array");
+      if (it->empty()) return Alts{{}, Unsatisfiable("enum", pointer, "the enum lists no value")};
       if (rest.contains("const")) {
-        std::vector<Json> kept;
-        for (const Json& v : *it) {
-          if (v == values[0]) kept.push_back(v);
+        if (std::find(it->begin(), it->end(), values[0]) == it->end()) {
+          return Alts{
+              {},
+              Unsatisfiable("const", pointer,
+                            StrCat("the value ", CanonicalJson(values[0]), " is not in the enum"))};
         }
-        values = kept;
       } else {
         values.assign(it->begin(), it->end());
       }
@@ -1118,21 +1237,36 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     Json others = rest;
     others.erase("enum");
     others.erase("const");
-    std::vector<GrammarSeq> alts;
+    // The rest of the schema compiled alone, to check each value's canonical text against.
+    Grammar check;
+    Compiler sub(root_, options_, &check);
+    std::optional<Recognizer> rec;
+    std::string other_names;
+    if (!others.empty()) {
+      POCKET_ASSIGN_OR_RETURN(Alts r, sub.Compile(pointer, others, span, depth + 1, branch));
+      if (r.seqs.empty()) return r;
+      check.SetRoot(check.AddRule("rest", std::move(r.seqs)));
+      rec.emplace(&check);
+      for (auto it = others.begin(); it != others.end(); ++it)
+        other_names += StrCat(other_names.empty() ? "" : ", ", it.key());
+    }
+    Alts alts;
     std::set<std::string> texts;
     for (const Json& v : values) {
       const std::string text = CanonicalJson(v);
       if (!texts.insert(text).second) continue;
-      if (!others.empty()) {
-        Grammar check;
-        Compiler sub(root_, options_, &check);
-        POCKET_ASSIGN_OR_RETURN(uint32_t r, sub.RuleAt(pointer + "#rest", others, span));
-        check.SetRoot(r);
-        Recognizer rec(&check);
-        POCKET_ASSIGN_OR_RETURN(bool ok, rec.Matches(text));
+      if (rec) {
+        POCKET_ASSIGN_OR_RETURN(bool ok, rec->Matches(text));
         if (!ok) continue;
       }
-      alts.push_back(g_->Literal(text));
+      alts.seqs.push_back(g_->Literal(text));
+    }
+    if (alts.seqs.empty()) {
+      alts.why = Unsatisfiable(
+          keyword, pointer,
+          StrCat(values.size() == 1 ? "the value " + CanonicalJson(values[0]) + " does not satisfy"
+                                    : std::string("none of its values satisfies"),
+                 " the rest of the schema (", other_names, ")"));
     }
     return alts;
   }
@@ -1146,6 +1280,7 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     } else {
       names.push_back(*it);
     }
+    if (names.empty()) return Alts{{}, Unsatisfiable("type", pointer, "the type list is empty")};
     types = 0;
     for (const Json& n : names) {
       const std::string t = n.is_string() ? n.get<std::string>() : "";
@@ -1168,31 +1303,47 @@ StatusOr<std::vector<GrammarSeq>> Compiler::Compile(const std::string& pointer, 
     }
     if (types & kNumber) types &= static_cast<uint8_t>(~kInteger);
   }
-  std::vector<GrammarSeq> alts;
-  if (types & kNull) alts.push_back(g_->Literal("null"));
+  Alts alts;
+  if (types & kNull) alts.seqs.push_back(g_->Literal("null"));
   if (types & kBoolean) {
-    alts.push_back(g_->Literal("true"));
-    alts.push_back(g_->Literal("false"));
+    alts.seqs.push_back(g_->Literal("true"));
+    alts.seqs.push_back(g_->Literal("false"));
   }
+  // A type whose keywords admit no value: an error, or in a branch, that type dropped.
+  Status dropped;
+  auto keep = [&](uint32_t rule, const Status& unsat) -> Status {
+    if (unsat.ok()) {
+      alts.seqs.push_back({Grammar::Ref(rule)});
+    } else if (!branch) {
+      return unsat;
+    } else if (dropped.ok()) {
+      dropped = unsat;
+    }
+    return Status::Ok();
+  };
   if (types & (kNumber | kInteger)) {
-    POCKET_ASSIGN_OR_RETURN(uint32_t r, NumberRule(pointer, rest, (types & kNumber) == 0));
-    alts.push_back({Grammar::Ref(r)});
+    Status unsat;
+    POCKET_ASSIGN_OR_RETURN(uint32_t r, NumberRule(pointer, rest, (types & kNumber) == 0, &unsat));
+    POCKET_RETURN_IF_ERROR(keep(r, unsat));
   }
   if (types & kString) {
-    POCKET_ASSIGN_OR_RETURN(uint32_t r, StringRule(pointer, rest, span));
-    alts.push_back({Grammar::Ref(r)});
+    Status unsat;
+    POCKET_ASSIGN_OR_RETURN(uint32_t r, StringRule(pointer, rest, span, &unsat));
+    POCKET_RETURN_IF_ERROR(keep(r, unsat));
   }
   if (types & kArray) {
-    POCKET_ASSIGN_OR_RETURN(uint32_t r, ArrayRule(pointer, rest));
-    alts.push_back({Grammar::Ref(r)});
+    Status unsat;
+    POCKET_ASSIGN_OR_RETURN(uint32_t r, ArrayRule(pointer, rest, &unsat));
+    POCKET_RETURN_IF_ERROR(keep(r, unsat));
   }
   if (types & kObject) {
-    POCKET_ASSIGN_OR_RETURN(uint32_t r, ObjectRule(pointer, rest));
-    alts.push_back({Grammar::Ref(r)});
+    Status unsat;
+    POCKET_ASSIGN_OR_RETURN(uint32_t r, ObjectRule(pointer, rest, &unsat));
+    POCKET_RETURN_IF_ERROR(keep(r, unsat));
   }
+  if (alts.seqs.empty()) alts.why = dropped;
   return alts;
 }
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_json,
@@ -1204,7 +1355,7 @@ StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_jso
   if (options.has_span_source) POCKET_RETURN_IF_ERROR(utf8::Validate(options.span_source));
   auto g = std::make_unique<Grammar>();
   Compiler c(root, options, g.get());
-  POCKET_ASSIGN_OR_RETURN(uint32_t r, c.RuleAt("", root));
+  POCKET_ASSIGN_OR_RETURN(uint32_t r, c.RuleAt("", root, /*span=*/false, /*allow_false=*/false));
   g->SetRoot(r);
   POCKET_RETURN_IF_ERROR(g->Check());
   return g;

@@ -11,8 +11,10 @@
 //     shortest decimal that reads back as the same double, written out without an exponent
 //     (1e-7 -> 0.0000001, 1e308 -> 1 and 308 zeros); a float with an integral value is written
 //     as an integer (1.0 -> 1), zero (also -0.0) as 0.
-// The grammar accepts the canonical text of every valid instance and no text of an invalid one
-// (the conformance driver in json_schema_test.cc checks this on the official test suite). It also
+// The grammar accepts the canonical text of every valid instance whose numbers keep to the limits
+// of json_number.h (at most 17 significant digits, 0 or 1e-6 <= |x| < 1e21: a model cannot run
+// on writing one number; enum and const values are exempt) and no text of an invalid one (the
+// conformance driver in json_schema_test.cc checks this on the official test suite). It also
 // accepts other spellings of valid values: one optional space after each `:` and `,`, object
 // members in any order, numbers with trailing fraction zeros. No other whitespace, no exponents,
 // no non-canonical string escapes (\/ or \u0041).
@@ -40,6 +42,25 @@
 //     (minLength / maxLength bound it).
 // Anything else is an error "unsupported JSON Schema keyword "K" at #/pointer: reason", so no
 // keyword is ever silently ignored.
+//
+// Unsatisfiable schemas are errors too, "unsatisfiable JSON Schema keyword "K" at #/pointer:
+// reason", found when compiling, never as a dead end in the middle of generation:
+//   - keywords that contradict each other for a type the schema allows: minLength > maxLength
+//     (or a span source shorter than minLength), minItems > maxItems, numeric bounds no number
+//     meets (minimum > maximum, exclusive bounds leaving no room, no integer or no multiple of
+//     multipleOf in the range, bounds outside the limits of json_number.h);
+//     an error wherever they stand, even when another type remains (["string", "null"] with
+//     minLength 5 and maxLength 3), except in an anyOf / oneOf branch;
+//   - a schema location that matches no value at all: "type": [], an empty enum, an enum or const
+//     none of whose values the rest of the schema accepts (e.g. the wrong type), allOf parts with
+//     no type in common, a required property that properties makes false or that
+//     additionalProperties: false forbids, minItems beyond what prefixItems / items: false allow,
+//     an anyOf / oneOf every branch of which is unsatisfiable (one branch alone may be), a $ref to
+//     such a schema. The root and every subschema (properties, items, prefixItems,
+//     additionalProperties, $ref targets) are checked, each with its own pointer; a subschema
+//     written as the boolean `false` is deliberate and allowed except at the root.
+// A recursive schema with no finite instance (a required property that refers back to its own
+// object) is not detected.
 #pragma once
 
 #include <memory>
@@ -71,5 +92,8 @@ std::string CanonicalJson(const nlohmann::json& value);
 
 // Every unsupported-keyword message starts with this.
 inline constexpr std::string_view kUnsupportedKeywordPrefix = "unsupported JSON Schema keyword \"";
+// Every unsatisfiable-schema message starts with this (then ' keyword "K" at #/pointer: ...', or
+// ' at #: the schema is false' for the root).
+inline constexpr std::string_view kUnsatisfiablePrefix = "unsatisfiable JSON Schema";
 
 }  // namespace pocket

@@ -5,9 +5,31 @@
 #include "generate/json_schema.h"
 
 namespace pocket {
+namespace {
+
+// Only ASCII whitespace (or nothing): a constraint given as this is a mistake (a shell variable
+// that expanded to a newline, an empty file), never a pattern anyone means.
+bool Blank(std::string_view text) {
+  return text.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Constraint>> MakeConstraint(const Tokenizer& tokenizer,
                                                      const ConstraintSpec& spec) {
+  // An empty string field means "not given"; a given one that is blank is refused, never
+  // silently read as "no constraint" or as a constraint on whitespace.
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    if (spec.choices[i].empty()) return InvalidArgumentError("choice ", i, " is empty");
+    if (Blank(spec.choices[i]))
+      return InvalidArgumentError("choice ", i, " is blank (only whitespace)");
+  }
+  if (!spec.regex.empty() && Blank(spec.regex))
+    return InvalidArgumentError("blank regex: the pattern is only whitespace");
+  if (!spec.json_schema.empty() && Blank(spec.json_schema))
+    return InvalidArgumentError("blank JSON Schema: the schema text is only whitespace");
+  if (!spec.grammar.empty() && Blank(spec.grammar))
+    return InvalidArgumentError("blank grammar: the GBNF text is only whitespace");
   const int kinds = !spec.choices.empty() + !spec.regex.empty() + !spec.json_schema.empty() +
                     !spec.grammar.empty();
   if (kinds > 1) {
