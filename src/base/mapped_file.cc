@@ -75,8 +75,9 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path));
+Status WriteFileAtomically(const std::string& path, std::string_view contents,
+                           const std::vector<std::string>& inputs) {
+  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path, inputs));
   POCKET_RETURN_IF_ERROR(out.Write(contents.data(), contents.size()));
   return out.Commit();
 }

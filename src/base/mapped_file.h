@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -49,8 +50,10 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Writes `contents` to `path` by writing a temporary file beside it and renaming it into place, so
-// a failure never leaves a partial file and a reader never sees one.
-Status WriteFileAtomically(const std::string& path, std::string_view contents);
+// a failure never leaves a partial file and a reader never sees one. `inputs`: files the tool read,
+// never to be overwritten (OutputFile::Create).
+Status WriteFileAtomically(const std::string& path, std::string_view contents,
+                           const std::vector<std::string>& inputs = {});
 
 bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);

@@ -1,5 +1,6 @@
 #include "base/output_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,6 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "base/str.h"
 
 namespace pocket {
 
@@ -17,15 +20,57 @@ bool SameFile(const std::string& a, const std::string& b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+namespace {
+
+Status Refuse(const std::string& output, const std::string& input) {
+  return InvalidArgumentError("output ", output, " is the input file ", input,
+                              "; refusing to overwrite the input");
+}
+
+}  // namespace
+
+Status CheckNotAnInput(const std::string& output, const std::vector<std::string>& inputs) {
+  struct stat out {};
+  if (::stat(output.c_str(), &out) != 0) return Status::Ok();  // nothing there to overwrite
+  auto is_output = [&out](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+  };
+  for (const std::string& input : inputs) {
+    if (input.empty()) continue;
+    if (is_output(input)) return Refuse(output, input);
+    struct stat in {};
+    if (::stat(input.c_str(), &in) != 0) continue;
+    if (S_ISDIR(in.st_mode)) {
+      DIR* dir = ::opendir(input.c_str());
+      if (dir == nullptr) continue;
+      Status s = Status::Ok();
+      while (const dirent* e = ::readdir(dir)) {
+        const std::string name = e->d_name;
+        if (!EndsWith(name, ".json") && !EndsWith(name, ".safetensors")) continue;
+        const std::string file = input + "/" + name;
+        if (is_output(file)) {
+          s = Refuse(output, file);
+          break;
+        }
+      }
+      ::closedir(dir);
+      POCKET_RETURN_IF_ERROR(s);
+    } else if (EndsWith(input, ".json")) {
+      const size_t slash = input.find_last_of('/');
+      const std::string config =
+          (slash == std::string::npos ? std::string() : input.substr(0, slash + 1)) +
+          "tokenizer_config.json";
+      if (is_output(config)) return Refuse(output, config);
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<OutputFile> OutputFile::Create(const std::string& path,
                                         const std::vector<std::string>& inputs) {
   if (path.empty()) return InvalidArgumentError("output path is empty");
-  for (const std::string& input : inputs) {
-    if (SameFile(path, input)) {
-      return InvalidArgumentError("output ", path, " is the input file ", input,
-                                  "; refusing to overwrite the input");
-    }
-  }
+  POCKET_RETURN_IF_ERROR(CheckNotAnInput(path, inputs));
   std::string tmpl = path + ".tmp.XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');

@@ -1,6 +1,7 @@
 // An output file written to `PATH.tmp.XXXXXX` and renamed to PATH by Commit(). Destroying it
 // without Commit() removes the temporary, so a failed tool leaves no partial output. Refuses to
-// write over the file it is reading from (the caller passes the input paths to check).
+// write over a file the tool reads (the caller passes every input path: model, tokenizer,
+// corpora, ...; see CheckNotAnInput).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,7 @@ namespace pocket {
 
 class OutputFile {
  public:
-  // `inputs`: paths the tool reads; writing to one of them is refused.
+  // `inputs`: paths the tool reads; writing over one of them is refused (CheckNotAnInput).
   static StatusOr<OutputFile> Create(const std::string& path,
                                      const std::vector<std::string>& inputs = {});
   OutputFile(OutputFile&& other) noexcept;
@@ -46,5 +47,12 @@ class OutputFile {
 
 // True when a and b name the same existing file (same device and inode).
 bool SameFile(const std::string& a, const std::string& b);
+
+// InvalidArgument naming both files when `output` is one of `inputs`: the same file by device and
+// inode, so a hard link or a symbolic link to an input is caught as well as the input's own name.
+// An input that is a directory (a Hugging Face model) stands for the model files directly in it
+// (*.json, *.safetensors); an input *.json (tokenizer.json) also for the tokenizer_config.json
+// read beside it. Tools call it before their work too, so a refusal comes before a long load.
+Status CheckNotAnInput(const std::string& output, const std::vector<std::string>& inputs);
 
 }  // namespace pocket

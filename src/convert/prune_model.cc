@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/output_file.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "quant/quantize.h"
@@ -9,7 +10,11 @@
 namespace pocket {
 
 Status PruneGgufVocab(const std::string& input, const std::string& output,
-                      const TokenizerSpec& full, const PrunedVocab& pruned) {
+                      const TokenizerSpec& full, const PrunedVocab& pruned,
+                      const std::vector<std::string>& other_inputs) {
+  std::vector<std::string> inputs = other_inputs;
+  inputs.push_back(input);
+  POCKET_RETURN_IF_ERROR(CheckNotAnInput(output, inputs));
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> in, GgufFile::Open(input));
   POCKET_ASSIGN_OR_RETURN(const GgufValue* tokens,
                           in->GetArray("tokenizer.ggml.tokens", GgufType::kString));
@@ -93,7 +98,7 @@ Status PruneGgufVocab(const std::string& input, const std::string& output,
           return Status::Ok();
         }));
   }
-  return w.Write(output, {input});
+  return w.Write(output, inputs);
 }
 
 }  // namespace pocket

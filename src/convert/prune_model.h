@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "tokenizer/tokenizer.h"
@@ -13,8 +14,10 @@ namespace pocket {
 // `full` is the tokenizer the pruning started from: the model's vocabulary must be the same
 // (token for token), else the error names the first id where they differ. Every other tensor and
 // metadata value is copied unchanged. The output is written to a temporary file and renamed;
-// it is never the input.
+// it is never the input, nor one of `other_inputs` (the tokenizer, corpora: whatever else the
+// tool read).
 Status PruneGgufVocab(const std::string& input, const std::string& output,
-                      const TokenizerSpec& full, const PrunedVocab& pruned);
+                      const TokenizerSpec& full, const PrunedVocab& pruned,
+                      const std::vector<std::string>& other_inputs = {});
 
 }  // namespace pocket

@@ -151,7 +151,8 @@ Status SafetensorsWriter::AddTensor(const std::string& name, DType type, std::ve
   return Status::Ok();
 }
 
-Status SafetensorsWriter::Write(const std::string& path) const {
+Status SafetensorsWriter::Write(const std::string& path,
+                                const std::vector<std::string>& inputs) const {
   Json header = Json::object();
   uint64_t offset = 0;
   for (const Tensor& t : tensors_) {
@@ -163,7 +164,7 @@ Status SafetensorsWriter::Write(const std::string& path) const {
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path));
+  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path, inputs));
   const uint64_t len = text.size();
   POCKET_RETURN_IF_ERROR(out.Write(&len, 8));
   POCKET_RETURN_IF_ERROR(out.Write(text.data(), text.size()));

@@ -45,7 +45,8 @@ class SafetensorsWriter {
   Status AddTensor(const std::string& name, DType type, std::vector<int64_t> shape,
                    TensorFiller fill);
   void SetMetadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  Status Write(const std::string& path) const;
+  // `inputs`: files the tool read, never to be overwritten (OutputFile::Create).
+  Status Write(const std::string& path, const std::vector<std::string>& inputs = {}) const;
 
  private:
   struct Tensor {
