@@ -2,6 +2,7 @@
 // machine's ceilings measured in the same run. Markdown by default; --json prints one object per
 // line, one per (model, threads).
 #include "common.h"
+#include "progress.h"
 #include "runtime/bench.h"
 
 namespace pocket::cli {
@@ -17,94 +18,131 @@ Command AddBenchCommand(CLI::App& root) {
     std::string kernels;
     bool no_amx = false, no_repack = false, no_huge_pages = false, json = false,
          no_ceilings = false;
-    std::string schema_file, grammar_file, regex, span_file;
+    std::string schema_file, grammar_file, schema_text, grammar_text, regex, span_file;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
-  app->add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (prefill)")->capture_default_str();
+  app->add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (prefill); 0: measure decode alone")
+      ->capture_default_str();
   app->add_option("-n,--n-gen", f->n_gen, "generated tokens (decode)")->capture_default_str();
-  app->add_option("-t,--threads", f->threads, "thread counts, comma-separated")
+  app->add_option("-t,--threads", f->threads,
+                  "thread counts, comma-separated (0: one per hardware thread)")
       ->capture_default_str();
   app->add_option("-r,--repetitions", f->repetitions, "timed runs after one warm-up")
       ->capture_default_str();
   app->add_option("-b,--batch", f->n_batch, "prefill chunk in tokens")->capture_default_str();
   app->add_option("--kv-type", f->kv_type, "KV cache type: f16, f32 or q8")->capture_default_str();
-  app->add_option("--kernels", f->kernels, "force a kernel table");
+  app->add_option("--kernels", f->kernels,
+                  "force a kernel table (reference, avx2, avx512, amx, neon, dotprod, i8mm)");
   app->add_flag("--no-amx", f->no_amx, "do not use AMX tiles (AVX-512 VNNI only)");
   app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
   app->add_flag("--no-huge-pages", f->no_huge_pages,
                 "do not ask for huge pages under the weights (4 KB pages: more TLB misses)");
   app->add_flag("--no-ceilings", f->no_ceilings, "skip the bandwidth and int8 peak measurements");
   app->add_flag("--json", f->json, "one JSON object per line per (model, threads)");
-  app->add_option("--json-schema", f->schema_file,
-                  "also decode under this JSON Schema (constrained tg, mask time per token)");
-  app->add_option("--grammar", f->grammar_file, "also decode under this GBNF grammar");
+  app->add_option("--json-schema", f->schema_text,
+                  "also decode under this JSON Schema text (constrained tg, mask time per token)");
+  app->add_option("--json-schema-file", f->schema_file,
+                  "as --json-schema, with the schema read from this file");
+  app->add_option("--grammar", f->grammar_text, "also decode under this GBNF grammar text");
+  app->add_option("--grammar-file", f->grammar_file,
+                  "as --grammar, with the grammar read from this file");
   app->add_option("--regex", f->regex, "also decode under this regular expression");
   app->add_option("--span-source", f->span_file, "source text for span fields of the constraint");
-  return {app, [=]() -> int {
-            BenchConfig config;
-            config.models = f->models;
-            config.n_prompt = f->n_prompt;
-            config.n_gen = f->n_gen;
-            config.repetitions = f->repetitions;
-            config.n_batch = f->n_batch;
-            config.repack = !f->no_repack;
-            config.huge_pages = !f->no_huge_pages;
-            config.measure_ceilings = !f->no_ceilings;
-            if (!f->schema_file.empty()) {
-              auto contents = ReadFileToString(f->schema_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              config.constraint.json_schema = std::move(*contents);
-            }
-            if (!f->grammar_file.empty()) {
-              auto contents = ReadFileToString(f->grammar_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              config.constraint.grammar = std::move(*contents);
-            }
-            config.constraint.regex = f->regex;
-            if (!f->span_file.empty()) {
-              auto contents = ReadFileToString(f->span_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              config.constraint.span_source = std::move(*contents);
-              config.constraint.has_span_source = true;
-            }
-            config.threads.clear();
-            for (const std::string& part : SplitString(f->threads, ',')) {
-              char* end = nullptr;
-              const long t = std::strtol(part.c_str(), &end, 10);
-              if (part.empty() || *end != '\0' || t < 1 || t > 256) {
-                return ReportError(InvalidArgumentError("--threads: ", QuoteBytes(part),
-                                                        " is not a thread count"));
-              }
-              config.threads.push_back(static_cast<int32_t>(t));
-            }
-            if (!ParseKvType(f->kv_type, &config.kv_type)) {
-              return ReportError(InvalidArgumentError("--kv-type ", QuoteBytes(f->kv_type)));
-            }
-            KernelOptions ko;
-            ko.force = f->kernels;
-            ko.allow_amx = !f->no_amx;
-            auto kernels = SelectKernels(ko);
-            if (!kernels.ok()) return ReportError(kernels.status());
-            config.kernels = *kernels;
-            config.progress = [](const std::string& line) {
-              std::fprintf(stderr, "pocket bench: %s\n", line.c_str());
-            };
-            auto results = RunBench(config);
-            if (!results.ok()) return ReportError(results.status());
-            if (f->json) {
-              for (const BenchResult& r : *results) std::printf("%s\n", BenchJson(r).c_str());
-            } else {
-              std::printf("\n%s", BenchMarkdownHeader().c_str());
-              for (const BenchResult& r : *results) std::printf("%s", BenchMarkdownRow(r).c_str());
-              if (!results->empty() && results->front().constrained) {
-                std::printf("\n%s", ConstrainedMarkdownHeader().c_str());
-                for (const BenchResult& r : *results)
-                  std::printf("%s", ConstrainedMarkdownRow(r).c_str());
-              }
-            }
-            return 0;
-          }};
+  SetExamples(
+      app, {"pocket bench -m model.pocket", "pocket bench -m model.pocket -p 0 -n 64 -t 0 --json",
+            "pocket bench -m a.pocket -m b.gguf -t 1,2,4 -r 3 --no-ceilings"});
+  return {
+      app, [=]() -> int {
+        // Usage errors first, before any file is read.
+        if (f->n_prompt < 0) {
+          return ReportUsageError(
+              StrCat("--n-prompt must be 0 (decode alone) or more, got ", f->n_prompt));
+        }
+        if (f->n_gen < 1) {
+          return ReportUsageError(StrCat("--n-gen must be at least 1, got ", f->n_gen));
+        }
+        if (f->repetitions < 1) {
+          return ReportUsageError(StrCat("--repetitions must be at least 1, got ", f->repetitions));
+        }
+        if (f->n_batch < 1) {
+          return ReportUsageError(StrCat("--batch must be at least 1, got ", f->n_batch));
+        }
+        if (!f->span_file.empty() && f->schema_file.empty() && f->grammar_file.empty() &&
+            f->schema_text.empty() && f->grammar_text.empty() && f->regex.empty()) {
+          return ReportUsageError(
+              "--span-source needs a constraint (--json-schema, --grammar or --regex)");
+        }
+        BenchConfig config;
+        config.models = f->models;
+        config.n_prompt = f->n_prompt;
+        config.n_gen = f->n_gen;
+        config.repetitions = f->repetitions;
+        config.n_batch = f->n_batch;
+        config.repack = !f->no_repack;
+        config.huge_pages = !f->no_huge_pages;
+        config.measure_ceilings = !f->no_ceilings;
+        config.threads.clear();
+        for (const std::string& part : SplitString(f->threads, ',')) {
+          char* end = nullptr;
+          const long t = std::strtol(part.c_str(), &end, 10);
+          if (part.empty() || *end != '\0' || t < 0 || t > 256) {
+            return ReportUsageError(StrCat("--threads: ", QuoteBytes(part),
+                                           " is not a thread count (0 for one per hardware ",
+                                           "thread, or 1 to 256)"));
+          }
+          config.threads.push_back(static_cast<int32_t>(t));
+        }
+        if (!ParseKvType(f->kv_type, &config.kv_type)) {
+          return ReportUsageError(
+              StrCat("--kv-type ", QuoteBytes(f->kv_type), " (expected f16, f32 or q8)"));
+        }
+        config.constraint.json_schema = f->schema_text;
+        config.constraint.grammar = f->grammar_text;
+        if (!f->schema_file.empty()) {
+          auto contents = ReadFileToString(f->schema_file);
+          if (!contents.ok()) return ReportError(contents.status());
+          config.constraint.json_schema = std::move(*contents);
+        }
+        if (!f->grammar_file.empty()) {
+          auto contents = ReadFileToString(f->grammar_file);
+          if (!contents.ok()) return ReportError(contents.status());
+          config.constraint.grammar = std::move(*contents);
+        }
+        config.constraint.regex = f->regex;
+        if (!f->span_file.empty()) {
+          auto contents = ReadFileToString(f->span_file);
+          if (!contents.ok()) return ReportError(contents.status());
+          config.constraint.span_source = std::move(*contents);
+          config.constraint.has_span_source = true;
+        }
+        KernelOptions ko;
+        ko.force = f->kernels;
+        ko.allow_amx = !f->no_amx;
+        auto kernels = SelectKernels(ko);
+        if (!kernels.ok()) return ReportError(kernels.status());
+        config.kernels = *kernels;
+        auto progress =
+            std::make_shared<ProgressPrinter>(ProgressPrinter::Stderr("pocket bench", "steps"));
+        config.progress = [progress](int64_t done, int64_t total, const std::string& step) {
+          progress->Update(done, total, step);
+        };
+        auto results = RunBench(config);
+        progress->Finish();
+        if (!results.ok()) return ReportError(results.status());
+        if (f->json) {
+          for (const BenchResult& r : *results) std::printf("%s\n", BenchJson(r).c_str());
+        } else {
+          std::printf("\n%s", BenchMarkdownHeader().c_str());
+          for (const BenchResult& r : *results) std::printf("%s", BenchMarkdownRow(r).c_str());
+          if (!results->empty() && results->front().constrained) {
+            std::printf("\n%s", ConstrainedMarkdownHeader().c_str());
+            for (const BenchResult& r : *results)
+              std::printf("%s", ConstrainedMarkdownRow(r).c_str());
+          }
+        }
+        return 0;
+      }};
 }
 
 }  // namespace pocket::cli

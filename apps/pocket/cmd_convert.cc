@@ -1,13 +1,16 @@
 // pocket convert: a model (GGUF, Hugging Face directory, llama2.c, .pocket) to a .pocket package.
 // pocket verify: checks every section checksum of a .pocket package.
 #include <signal.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
+#include <vector>
 
 #include "common.h"
 #include "convert/convert.h"
 #include "format/pocket_file.h"
+#include "progress.h"
 
 namespace pocket::cli {
 namespace {
@@ -17,6 +20,35 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void OnInterrupt(int) {
   g_interrupted.store(true);
+}
+
+// The fallback column of a tensor group: each distinct (stored encoding, reason) once, with how
+// many tensors and which names (without the layer prefix): "5 x ffn_down.weight as f16 (172
+// columns are not a multiple of 32, the smallest group)".
+std::string FallbackSummary(const ConvertReport& report, const std::string& group) {
+  struct Entry {
+    int n = 0;
+    std::vector<std::string> names;
+  };
+  std::map<std::pair<std::string, std::string>, Entry> entries;  // (stored, reason)
+  for (const ConvertFallback& f : report.fallbacks) {
+    if (f.group != group) continue;
+    Entry& e = entries[{f.stored, f.reason}];
+    ++e.n;
+    std::string name = f.tensor;
+    int layer = 0, consumed = 0;
+    if (std::sscanf(name.c_str(), "blk.%d.%n", &layer, &consumed) == 1 && consumed > 0)
+      name = name.substr(static_cast<size_t>(consumed));
+    if (std::find(e.names.begin(), e.names.end(), name) == e.names.end()) e.names.push_back(name);
+  }
+  std::string out;
+  for (const auto& [key, e] : entries) {
+    if (!out.empty()) out += "; ";
+    std::string names;
+    for (const std::string& n : e.names) names += (names.empty() ? "" : ", ") + n;
+    out += StrCat(e.n, " x ", names, " as ", key.first, " (", key.second, ")");
+  }
+  return out.empty() ? "-" : out;
 }
 
 }  // namespace
@@ -31,9 +63,12 @@ Command AddConvertCommand(CLI::App& root) {
   app->add_option("input", f->input, "GGUF file, Hugging Face directory, llama2.c .bin or .pocket")
       ->required();
   app->add_option("-o,--output", f->output, "the .pocket file to write")->required();
-  app->add_option("--weights", f->options.weights, "int4 | int8 | f16 | bf16 | f32")
+  app->add_option("--weights", f->options.weights,
+                  "encoding of the matrices: int4, int8, f16, bf16 or f32")
       ->capture_default_str();
-  app->add_option("--group", f->options.group, "columns per scale group: 32, 64 or 128")
+  app->add_option("--group", f->options.group,
+                  "columns per scale group of int4 / int8: 32, 64 or 128 (a matrix whose width it "
+                  "does not divide: a smaller group that does, else f16)")
       ->capture_default_str();
   app->add_option("--embedding", f->options.embedding,
                   "encoding of the embedding (default: --weights)");
@@ -46,12 +81,23 @@ Command AddConvertCommand(CLI::App& root) {
                   "(pocket score --head)");
   app->add_option("--classifier-labels", f->labels,
                   "comma-separated names of the head's rows, in order (with --classifier-head)");
-  app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)");
+  app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)")
+      ->capture_default_str();
+  SetExamples(app,
+              {"pocket convert model.gguf -o model.pocket",
+               "pocket convert stories260K.bin --tokenizer tok512.bin -o stories.pocket "
+               "--weights int8",
+               "pocket convert ./Qwen3-0.6B -o qwen3.pocket --group 128 --output-weights int8"});
   return {app, [=]() -> int {
             if (!f->labels.empty()) f->options.classifier_labels = SplitString(f->labels, ',');
-            const bool tty = ::isatty(2);
-            f->options.progress = [tty](const std::string& line) {
-              std::fprintf(stderr, tty ? "\r\033[Kpocket: %s" : "pocket: %s\n", line.c_str());
+            if (Status s = CheckConvertOptions(f->options); !s.ok()) {
+              return ReportUsageError(s.message());
+            }
+            auto progress = std::make_shared<ProgressPrinter>(
+                ProgressPrinter::Stderr("pocket: converting", "tensors"));
+            f->options.progress = [progress](int64_t done, int64_t total,
+                                             const std::string& tensor) {
+              progress->Update(done, total, tensor);
             };
             f->options.cancelled = [] { return g_interrupted.load(); };
             struct sigaction action = {}, previous = {};
@@ -59,20 +105,21 @@ Command AddConvertCommand(CLI::App& root) {
             ::sigaction(SIGINT, &action, &previous);
             auto report = ConvertModel(f->input, f->output, f->options);
             ::sigaction(SIGINT, &previous, nullptr);
-            if (tty) std::fprintf(stderr, "\n");
+            progress->Finish();
             if (!report.ok()) return ReportError(report.status());
             std::fprintf(stderr, "pocket: wrote %s: %s in %.1f s\n", f->output.c_str(),
                          HumanBytes(report->file_bytes).c_str(), report->seconds);
             std::printf(
-                "| tensor group | encoding | weights | bytes | bits/weight | codes kept |\n"
-                "|---|---|---|---|---|---|\n");
+                "| tensor group | encoding | weights | bytes | bits/weight | codes kept | fallback "
+                "|\n|---|---|---|---|---|---|---|\n");
             for (const ConvertGroupReport& g : report->groups) {
-              std::printf("| %s | %s | %.1f M | %s | %.3f | %.0f%% |\n", g.group.c_str(),
+              std::printf("| %s | %s | %.1f M | %s | %.3f | %.0f%% | %s |\n", g.group.c_str(),
                           g.encoding.c_str(), g.n_weights / 1e6, HumanBytes(g.bytes).c_str(),
                           g.bits_per_weight(),
                           g.n_weights ? 100.0 * static_cast<double>(g.kept_weights) /
                                             static_cast<double>(g.n_weights)
-                                      : 0.0);
+                                      : 0.0,
+                          FallbackSummary(*report, g.group).c_str());
             }
             return 0;
           }};
@@ -82,6 +129,8 @@ Command AddVerifyCommand(CLI::App& root) {
   auto* app = root.add_subcommand("verify", "check every checksum of a .pocket package");
   auto path = std::make_shared<std::string>();
   app->add_option("file", *path, "the .pocket file")->required();
+  SetExamples(app, {"pocket verify model.pocket",
+                    "pocket verify model.pocket && pocket run -m model.pocket -p \"Hello\""});
   return {app, [=]() -> int {
             auto file = PocketFile::Open(*path);
             if (!file.ok()) return ReportError(file.status());

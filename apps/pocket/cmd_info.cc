@@ -34,12 +34,17 @@ Command AddInfoCommand(CLI::App& root) {
   auto tokenizer = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto tensors = std::make_shared<bool>(false);
-  app->add_option("model", *path, "GGUF file, Hugging Face directory or llama2.c .bin")->required();
-  app->add_option("--tokenizer", *tokenizer, "tokenizer to attach");
-  app->add_flag("--json", *json, "print one JSON object");
-  app->add_flag("--tensors", *tensors, "list every tensor");
+  app->add_option("model", *path, "GGUF file, Hugging Face directory, llama2.c .bin or .pocket")
+      ->required();
+  app->add_option("--tokenizer", *tokenizer,
+                  "tokenizer to attach (tokenizer.json or llama2.c .bin), instead of the model's");
+  app->add_flag("--json", *json, "print one JSON object instead of the text report");
+  app->add_flag("--tensors", *tensors, "also list every tensor: name, type, shape, bytes");
+  SetExamples(app, {"pocket info model.gguf", "pocket info model.pocket --json --tensors",
+                    "pocket info stories260K.bin --tokenizer tok512.bin"});
   return {
       app, [=]() -> int {
+        if (path->empty()) return ReportUsageError("the model path is empty");
         auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
         if (!model.ok()) return ReportError(model.status());
         const Model& m = **model;

@@ -3,6 +3,7 @@
 // one token at a time through the KV cache, which is how tests check the decode path.
 #include <vector>
 
+#include "base/output_file.h"
 #include "common.h"
 #include "npy.h"
 #include "runtime/session.h"
@@ -18,25 +19,36 @@ Command AddLogitsCommand(CLI::App& root) {
     int32_t decode_from = -1;
   };
   auto f = std::make_shared<Flags>();
-  app->add_option("-m,--model", f->model, "the model")->required();
+  app->add_option("-m,--model", f->model, "model file or directory")->required();
   f->engine.Register(app);
   app->add_option("--ids", f->ids, "comma-separated token ids, e.g. 1,2,3")->required();
   app->add_flag("--all", f->all, "logits of every position, not only the last");
   app->add_option("--decode-from", f->decode_from,
                   "prefill the first K tokens, then decode the rest one at a time");
-  app->add_option("-o,--output", f->out, "output .npy file")->required();
+  app->add_option("-o,--output", f->out,
+                  "the .npy file to write, float32 [positions, vocab] (never one of the inputs)")
+      ->required();
+  SetExamples(app,
+              {"pocket logits -m model.gguf --ids 1,2,3 -o last.npy",
+               "pocket logits -m model.gguf --ids 1,2,3,4 --all --decode-from 2 -o all.npy",
+               "pocket logits -m stories260K.bin --tokenizer tok512.bin --ids 1,403 -o x.npy"});
   return {
       app, [=]() -> int {
+        if (f->ids.empty()) return ReportUsageError("--ids is empty; give token ids, e.g. 1,2,3");
+        if (f->out.empty()) return ReportUsageError("-o is empty; give the .npy file to write");
         std::vector<int32_t> ids;
         for (const std::string& part : SplitString(f->ids, ',')) {
           char* end = nullptr;
           const long v = std::strtol(part.c_str(), &end, 10);
           if (part.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
-            return ReportError(
-                InvalidArgumentError("--ids: ", QuoteBytes(part), " is not a token id"));
+            return ReportUsageError(StrCat("--ids: ", QuoteBytes(part), " is not a token id"));
           }
           ids.push_back(static_cast<int32_t>(v));
         }
+        // Every file the command reads; refused as the output before the model loads.
+        std::vector<std::string> inputs = {f->model};
+        if (!f->engine.tokenizer.empty()) inputs.push_back(f->engine.tokenizer);
+        if (Status s = CheckNotAnInput(f->out, inputs); !s.ok()) return ReportError(s);
         auto model = LoadModel(f->model, f->engine);
         if (!model.ok()) return ReportError(model.status());
         const int32_t vocab = (*model)->config().vocab_size;
@@ -72,9 +84,9 @@ Command AddLogitsCommand(CLI::App& root) {
         }
         Status w;
         if (f->all) {
-          w = WriteNpyFloat32(f->out, {static_cast<int64_t>(n), vocab}, logits.data());
+          w = WriteNpyFloat32(f->out, {static_cast<int64_t>(n), vocab}, logits.data(), inputs);
         } else {
-          w = WriteNpyFloat32(f->out, {1, vocab}, logits.data() + (n - 1) * vocab);
+          w = WriteNpyFloat32(f->out, {1, vocab}, logits.data() + (n - 1) * vocab, inputs);
         }
         if (!w.ok()) return ReportError(w);
         return 0;

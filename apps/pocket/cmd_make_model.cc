@@ -2,7 +2,10 @@
 // the models we target, as GGUF or as a Hugging Face directory.
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "base/mapped_file.h"
+#include "base/output_file.h"
 #include "common.h"
 #include "model/synthetic.h"
 
@@ -36,63 +39,98 @@ Command AddMakeModelCommand(CLI::App& root) {
   app->add_option("--layers", f->layers, "override the number of layers (for quick tests)");
   app->add_option("--classifier-labels", f->labels,
                   "add a random classification head scoring these comma-separated labels (GGUF)");
-  app->add_option("-o,--output", f->out, "output .gguf file or directory")->required();
-  return {
-      app, [=]() -> int {
-        Architecture arch = Architecture::kQwen3;
-        if (!f->arch.empty() && !ParseArchitecture(f->arch, &arch)) {
-          return ReportError(InvalidArgumentError("--arch ", QuoteBytes(f->arch),
-                                                  " (expected qwen3, qwen2 or llama)"));
-        }
-        auto config = PresetConfig(f->preset, arch);
-        if (!config.ok()) return ReportError(config.status());
-        SyntheticOptions o;
-        o.config = *config;
-        if (f->untied) o.config.tied_output = false;
-        if (f->tied) o.config.tied_output = true;
-        if (f->layers > 0) o.config.n_layers = f->layers;
-        o.seed = f->seed;
-        if (f->q4_1_grid != 32 &&
-            (f->type != "q4_1" || f->q4_1_grid <= 0 || f->q4_1_grid % 32 != 0 ||
-             o.config.d_model % f->q4_1_grid != 0 || o.config.d_ff % f->q4_1_grid != 0 ||
-             o.config.q_dim() % f->q4_1_grid != 0)) {
-          return ReportError(InvalidArgumentError(
-              "--q4-1-grid ", f->q4_1_grid,
-              " needs --type q4_1 and a multiple of 32 that divides the model's widths"));
-        }
-        o.q4_1_grid = f->q4_1_grid;
-        if (!f->labels.empty()) o.classifier_labels = SplitString(f->labels, ',');
-        if (!ParseDType(f->type, &o.weight_type)) {
-          return ReportError(InvalidArgumentError("--type ", QuoteBytes(f->type), " is unknown"));
-        }
-        if (!f->tokenizer.empty()) {
-          auto tok = Tokenizer::FromHfJsonFile(f->tokenizer);
-          if (!tok.ok()) return ReportError(tok.status());
-          o.tokenizer = *tok;
-          o.input_paths.push_back(f->tokenizer);
-        }
-        std::string format = f->format;
-        if (format.empty()) format = EndsWith(f->out, ".gguf") ? "gguf" : "hf";
-        Status s;
-        if (format == "gguf") {
-          s = WriteSyntheticGguf(o, f->out);
-        } else if (format == "hf") {
-          if (!o.classifier_labels.empty()) {
-            return ReportError(InvalidArgumentError("--classifier-labels needs a GGUF output"));
-          }
-          if (!IsDirectory(f->out) && ::mkdir(f->out.c_str(), 0755) != 0) {
-            return ReportError(IoError("cannot create directory ", f->out));
-          }
-          s = WriteSyntheticHf(o, f->out);
-        } else {
-          return ReportError(InvalidArgumentError("--format must be gguf or hf"));
-        }
-        if (!s.ok()) return ReportError(s);
-        std::fprintf(stderr, "pocket: wrote %s (%s, %s weights, seed %llu)\n", f->out.c_str(),
-                     o.config.ToString().c_str(), f->type.c_str(),
-                     static_cast<unsigned long long>(o.seed));
-        return 0;
-      }};
+  app->add_option("-o,--output", f->out,
+                  "output .gguf file or directory (never the --tokenizer file)")
+      ->required();
+  SetExamples(app, {"pocket make-model --preset tiny -o tiny.gguf",
+                    "pocket make-model --preset pocket-0.3b --type q4_0 --tokenizer tokenizer.json "
+                    "-o pocket-0.3b-q4_0.gguf",
+                    "pocket make-model --preset tiny --arch llama --type bf16 -o tiny-hf/"});
+  return {app, [=]() -> int {
+            if (f->out.empty())
+              return ReportUsageError("-o is empty; give a .gguf file or a directory");
+            if (f->tied && f->untied) return ReportUsageError("--tied and --untied contradict");
+            Architecture arch = Architecture::kQwen3;
+            if (!f->arch.empty() && !ParseArchitecture(f->arch, &arch)) {
+              return ReportUsageError(
+                  StrCat("--arch ", QuoteBytes(f->arch), " (expected qwen3, qwen2 or llama)"));
+            }
+            const std::vector<std::string> presets = PresetNames();
+            if (std::find(presets.begin(), presets.end(), f->preset) == presets.end()) {
+              std::string names;
+              for (const std::string& n : presets) names += (names.empty() ? "" : ", ") + n;
+              return ReportUsageError(
+                  StrCat("unknown preset ", QuoteBytes(f->preset), " (known: ", names, ")"));
+            }
+            auto config = PresetConfig(f->preset, arch);
+            if (!config.ok()) return ReportError(config.status());
+            SyntheticOptions o;
+            o.config = *config;
+            if (f->untied) o.config.tied_output = false;
+            if (f->tied) o.config.tied_output = true;
+            if (f->layers > 0) o.config.n_layers = f->layers;
+            o.seed = f->seed;
+            if (f->q4_1_grid != 32 &&
+                (f->type != "q4_1" || f->q4_1_grid <= 0 || f->q4_1_grid % 32 != 0 ||
+                 o.config.d_model % f->q4_1_grid != 0 || o.config.d_ff % f->q4_1_grid != 0 ||
+                 o.config.q_dim() % f->q4_1_grid != 0)) {
+              return ReportUsageError(StrCat(
+                  "--q4-1-grid ", f->q4_1_grid,
+                  " needs --type q4_1 and a multiple of 32 that divides the model's widths"));
+            }
+            o.q4_1_grid = f->q4_1_grid;
+            if (!f->labels.empty()) o.classifier_labels = SplitString(f->labels, ',');
+            if (!ParseDType(f->type, &o.weight_type)) {
+              return ReportUsageError(StrCat("--type ", QuoteBytes(f->type),
+                                             " is unknown (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, "
+                                             "q6_k)"));
+            }
+            std::string format = f->format;
+            if (format.empty()) format = EndsWith(f->out, ".gguf") ? "gguf" : "hf";
+            if (format != "gguf" && format != "hf") {
+              return ReportUsageError(
+                  StrCat("--format ", QuoteBytes(format), " (expected gguf or hf)"));
+            }
+            if (format == "hf" && !o.classifier_labels.empty()) {
+              return ReportUsageError("--classifier-labels needs a GGUF output");
+            }
+            if (format == "hf" && o.weight_type != DType::kF32 && o.weight_type != DType::kF16 &&
+                o.weight_type != DType::kBF16) {
+              return ReportUsageError(
+                  StrCat("a Hugging Face directory holds f32, f16 or bf16 weights, "
+                         "not --type ",
+                         f->type, "; write a .gguf file for it"));
+            }
+            // The files written (a directory holds two) must not be the tokenizer read.
+            const std::vector<std::string> inputs =
+                f->tokenizer.empty() ? std::vector<std::string>{} : std::vector{f->tokenizer};
+            for (const std::string& written :
+                 format == "gguf"
+                     ? std::vector{f->out}
+                     : std::vector{f->out + "/config.json", f->out + "/model.safetensors"}) {
+              if (Status s = CheckNotAnInput(written, inputs); !s.ok()) return ReportError(s);
+            }
+            if (!f->tokenizer.empty()) {
+              auto tok = Tokenizer::FromHfJsonFile(f->tokenizer);
+              if (!tok.ok()) return ReportError(tok.status());
+              o.tokenizer = *tok;
+              o.input_paths.push_back(f->tokenizer);
+            }
+            Status s;
+            if (format == "gguf") {
+              s = WriteSyntheticGguf(o, f->out);
+            } else {
+              if (!IsDirectory(f->out) && ::mkdir(f->out.c_str(), 0755) != 0) {
+                return ReportError(IoError("cannot create directory ", f->out));
+              }
+              s = WriteSyntheticHf(o, f->out);
+            }
+            if (!s.ok()) return ReportError(s);
+            std::fprintf(stderr, "pocket: wrote %s (%s, %s weights, seed %llu)\n", f->out.c_str(),
+                         o.config.ToString().c_str(), f->type.c_str(),
+                         static_cast<unsigned long long>(o.seed));
+            return 0;
+          }};
 }
 
 }  // namespace pocket::cli

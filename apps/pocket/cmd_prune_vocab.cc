@@ -93,8 +93,10 @@ Command AddPruneVocabCommand(CLI::App& root) {
   app->add_option("--size", f->size, "tokens to keep, added tokens and bytes included")
       ->capture_default_str();
   app->add_option("-o,--output", f->out, "the pruned tokenizer.json to write")->required();
-  app->add_option("--model", f->model, "a GGUF model using the tokenizer, to rewrite as well");
-  app->add_option("--model-out", f->model_out, "where to write the pruned GGUF model");
+  app->add_option("--model", f->model,
+                  "a GGUF model using the tokenizer, to rewrite as well (with --model-out)");
+  app->add_option("--model-out", f->model_out,
+                  "where to write the pruned GGUF model (with --model)");
   app->add_option("--held-out", f->held_out,
                   "fraction of each corpus file's lines (its end) not counted but measured")
       ->capture_default_str();
@@ -102,13 +104,44 @@ Command AddPruneVocabCommand(CLI::App& root) {
                   "also write the old id of every new id as a JSON array (to remap other data)");
   app->add_option("--eval", f->eval, "more held-out files to measure (not counted)");
   app->add_flag("--json", f->json, "print the report as one JSON object");
+  SetExamples(
+      app,
+      {"pocket prune-vocab --tokenizer tokenizer.json --corpus zh.txt en.txt --size 65536 -o "
+       "pruned.json",
+       "pocket prune-vocab --tokenizer model.gguf --corpus corpus.txt --size 32768 -o pruned.json "
+       "--model model.gguf --model-out pruned.gguf",
+       "pocket prune-vocab --tokenizer tokenizer.json --corpus a.txt --eval code.cc -o p.json "
+       "--id-map ids.json --json"});
   return {
       app, [=]() -> int {
         if (f->model.empty() != f->model_out.empty()) {
-          return ReportError(InvalidArgumentError("--model and --model-out go together"));
+          return ReportUsageError("--model and --model-out go together");
         }
         if (f->held_out < 0.0 || f->held_out >= 1.0) {
-          return ReportError(InvalidArgumentError("--held-out must be in [0, 1)"));
+          return ReportUsageError("--held-out must be in [0, 1)");
+        }
+        if (f->size <= 0) return ReportUsageError("--size must be positive");
+        if (f->out.empty())
+          return ReportUsageError("-o is empty; give the tokenizer.json to write");
+        // Every file read, and every file written: no output may be an input, nor another output.
+        std::vector<std::string> inputs = f->corpus;
+        inputs.insert(inputs.end(), f->eval.begin(), f->eval.end());
+        inputs.push_back(f->tokenizer);
+        if (!f->model.empty()) inputs.push_back(f->model);
+        std::vector<std::pair<std::string, std::string>> outputs = {{"-o", f->out}};
+        if (!f->id_map.empty()) outputs.push_back({"--id-map", f->id_map});
+        if (!f->model_out.empty()) outputs.push_back({"--model-out", f->model_out});
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          for (size_t j = 0; j < i; ++j) {
+            if (outputs[i].second == outputs[j].second ||
+                SameFile(outputs[i].second, outputs[j].second)) {
+              return ReportUsageError(StrCat(outputs[j].first, " and ", outputs[i].first,
+                                             " name the same file, ", outputs[i].second));
+            }
+          }
+          if (Status s = CheckNotAnInput(outputs[i].second, inputs); !s.ok()) {
+            return ReportError(s);
+          }
         }
         // The full tokenizer, and the tokenizer.json it came from (to keep its other fields).
         std::shared_ptr<const Tokenizer> full;
@@ -163,8 +196,6 @@ Command AddPruneVocabCommand(CLI::App& root) {
         auto json_text = HfTokenizerJson(pruned->spec, base_json);
         if (!json_text.ok()) return ReportError(json_text.status());
         {
-          std::vector<std::string> inputs = f->corpus;
-          inputs.push_back(f->tokenizer);
           auto out = OutputFile::Create(f->out, inputs);
           if (!out.ok()) return ReportError(out.status());
           Status s = out->Write(json_text->data(), json_text->size());
@@ -173,7 +204,7 @@ Command AddPruneVocabCommand(CLI::App& root) {
         }
         if (!f->id_map.empty()) {
           const std::string text = nlohmann::json(pruned->old_id).dump() + "\n";
-          auto out = OutputFile::Create(f->id_map, {f->tokenizer});
+          auto out = OutputFile::Create(f->id_map, inputs);
           if (!out.ok()) return ReportError(out.status());
           Status s = out->Write(text.data(), text.size());
           if (s.ok()) s = out->Commit();
@@ -185,7 +216,7 @@ Command AddPruneVocabCommand(CLI::App& root) {
         if (!f->model.empty()) {
           std::fprintf(stderr, "pocket: rewriting %s for the pruned vocabulary\n",
                        f->model.c_str());
-          Status s = PruneGgufVocab(f->model, f->model_out, full_spec, *pruned);
+          Status s = PruneGgufVocab(f->model, f->model_out, full_spec, *pruned, inputs);
           if (!s.ok()) return ReportError(s);
         }
 

@@ -1,108 +1,181 @@
 // pocket run: one prompt in, generated text out (stdout only; logs and stats on stderr).
-// pocket chat: an interactive multi-turn conversation that keeps the KV cache between turns.
-#include <chrono>
+// Ctrl-C stops generation through Session::Cancel: what was generated, the stats and the --json
+// object are still printed, and the exit status is 130.
+#include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "base/mapped_file.h"
 #include "base/memory.h"
+#include "base/rng.h"
+#include "base/timer.h"
 #include "common.h"
-#include "runtime/session.h"
-#include "tokenizer/chat_template.h"
+#include "generation.h"
+#include "interrupt.h"
+#include "runtime/candidates.h"
 
 namespace pocket::cli {
 namespace {
 
-struct GenerationFlags {
-  std::string model;
-  EngineFlags engine;
-  int32_t n_predict = 256;
-  float temp = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int64_t seed = -1;
-  std::vector<std::string> stop;
-  std::string system;
-  bool no_think = false;
-
-  void Register(CLI::App* app) {
-    app->add_option("-m,--model", model, "GGUF file, Hugging Face directory or llama2.c .bin")
-        ->required();
-    engine.Register(app);
-    app->add_option("-n,--n-predict", n_predict, "tokens to generate at most")
-        ->capture_default_str();
-    app->add_option("--temp", temp, "temperature; 0 is greedy")->capture_default_str();
-    app->add_option("--top-k", top_k, "top-k; 0 is off")->capture_default_str();
-    app->add_option("--top-p", top_p, "top-p; 1 is off")->capture_default_str();
-    app->add_option("--min-p", min_p, "min-p; 0 is off")->capture_default_str();
-    app->add_option("--repeat-penalty", repeat_penalty, "repetition penalty; 1 is off")
-        ->capture_default_str();
-    app->add_option("--presence-penalty", presence_penalty)->capture_default_str();
-    app->add_option("--frequency-penalty", frequency_penalty)->capture_default_str();
-    app->add_option("-s,--seed", seed, "random seed; -1 picks one")->capture_default_str();
-    app->add_option("--stop", stop, "stop when this string appears (repeatable)");
-    app->add_option("--system", system, "system message (with --chat / in chat)");
-    app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
-  }
-
-  GenerateOptions Options() const {
-    GenerateOptions o;
-    o.max_tokens = n_predict;
-    o.sampling.temperature = temp;
-    o.sampling.top_k = top_k;
-    o.sampling.top_p = top_p;
-    o.sampling.min_p = min_p;
-    o.sampling.repetition_penalty = repeat_penalty;
-    o.sampling.presence_penalty = presence_penalty;
-    o.sampling.frequency_penalty = frequency_penalty;
-    o.sampling.seed = seed < 0 ? static_cast<uint64_t>(NowSeed()) : static_cast<uint64_t>(seed);
-    o.stop_strings = stop;
-    return o;
-  }
-
-  static int64_t NowSeed() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+struct RunFlags {
+  std::string prompt;
+  std::string prompt_file;
+  bool chat = false;
+  bool json = false;
+  std::string choice;
+  std::string choice_mode = "best";
+  std::string regex;
+  std::string json_schema;
+  std::string json_schema_file;
+  std::string grammar;
+  std::string grammar_file;
+  std::string span_file;
+  std::vector<std::string> span_fields;
+  std::string span_rule = "span";
+  CLI::App* app = nullptr;
+  bool given(const char* option) const { return app->count(option) > 0; }
 };
 
-void PrintStats(const GenerateResult& r) {
+bool Blank(std::string_view s) {
+  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// Reads -f FILE, or standard input for "-f -".
+StatusOr<std::string> ReadPromptFile(const std::string& path) {
+  if (path != "-") return ReadFileToString(path);
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (std::cin.bad()) return IoError("reading the prompt from standard input failed");
+  return text;
+}
+
+// Usage errors of `run` (exit 2); an empty string when the options are consistent.
+std::string CheckUsage(const RunFlags& f, const GenerationFlags& g) {
+  if (f.given("--prompt") && f.given("--file")) return "give the prompt with -p or -f, not both";
+  if (!f.given("--prompt") && !f.given("--file")) {
+    return "give a prompt with -p TEXT or -f FILE (-f - reads standard input; -p \"\" starts "
+           "from the beginning-of-text token)";
+  }
+  if (!g.system.empty() && !f.chat) return "--system needs --chat (it is a chat message)";
+  const struct {
+    const char* option;
+    const std::string& value;
+  } constraints[] = {{"--choice", f.choice},           {"--regex", f.regex},
+                     {"--json-schema", f.json_schema}, {"--json-schema-file", f.json_schema_file},
+                     {"--grammar", f.grammar},         {"--grammar-file", f.grammar_file}};
+  int n_given = 0;
+  for (const auto& c : constraints) {
+    if (!f.given(c.option)) continue;
+    ++n_given;
+    if (Blank(c.value)) {
+      return StrCat(c.option,
+                    " is empty: an empty constraint would constrain nothing (leave "
+                    "the option out to generate freely)");
+    }
+  }
+  if (n_given > 1) {
+    return "give one constraint: --choice, --regex, --json-schema(-file) or --grammar(-file)";
+  }
+  if (f.given("--choice-mode") && !f.given("--choice")) return "--choice-mode applies to --choice";
+  // The llama.cpp forms: --json-schema and --grammar take text, the -file forms take paths.
+  if (f.given("--json-schema") && f.json_schema.find_first_of("{") == std::string::npos &&
+      FileExists(f.json_schema)) {
+    return StrCat("--json-schema takes the schema's JSON text; ", f.json_schema,
+                  " is a file: use --json-schema-file ", f.json_schema);
+  }
+  if (f.given("--grammar") && f.grammar.find_first_of(":=") == std::string::npos &&
+      FileExists(f.grammar)) {
+    return StrCat("--grammar takes the grammar's text; ", f.grammar,
+                  " is a file: use --grammar-file ", f.grammar);
+  }
+  return {};
+}
+
+nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
   const double prefill_s = static_cast<double>(r.prefill_us) * 1e-6;
   const double decode_s = static_cast<double>(r.decode_us) * 1e-6;
-  std::fprintf(stderr,
-               "\npocket: prompt %d tokens (%d reused) in %.2f s (%.1f tokens/s); generated %zu "
-               "tokens in %.2f s (%.1f tokens/s); stop: %s\n",
-               r.n_prompt_tokens, r.n_reused_tokens, prefill_s,
-               prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0, r.tokens.size(), decode_s,
-               decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0,
-               std::string(StopReasonName(r.stop_reason)).c_str());
-  if (r.n_masks > 0) {
-    std::fprintf(stderr,
-                 "pocket: constraint: %d masks, %.1f us per token (%.1f ms in all), %d tokens "
-                 "forced (no sampling)\n",
-                 r.n_masks, static_cast<double>(r.constraint_us) / r.n_masks,
-                 static_cast<double>(r.constraint_us) / 1000.0, r.n_forced_tokens);
-  }
+  return {
+      {"text", r.text},
+      {"tokens", r.tokens},
+      {"n_prompt_tokens", r.n_prompt_tokens + r.n_reused_tokens},
+      {"n_prompt_tokens_evaluated", r.n_prompt_tokens},
+      {"stop_reason", StopReasonName(r.stop_reason)},
+      {"seed", r.seed},
+      {"prefill_s", prefill_s},
+      {"decode_s", decode_s},
+      {"prefill_tokens_per_s", prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0},
+      {"decode_tokens_per_s", decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0},
+      {"constraint_ms", static_cast<double>(r.constraint_us) / 1000.0},
+      {"constraint_us_per_token",
+       r.n_masks > 0 ? static_cast<double>(r.constraint_us) / r.n_masks : 0.0},
+      {"forced_tokens", r.n_forced_tokens},
+      {"load_ms", static_cast<double>(model.load_us()) / 1000.0},
+      {"file_bytes", model.source().file_bytes()},
+      {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};
 }
 
-bool PrintPiece(std::string_view piece) {
-  std::fwrite(piece.data(), 1, piece.size(), stdout);
-  std::fflush(stdout);
-  return true;
+void PrintJson(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
-StatusOr<ChatTemplate> ModelTemplate(const Model& model) {
-  const Tokenizer* tok = model.tokenizer();
-  if (tok == nullptr) return FailedPreconditionError("the model has no tokenizer");
-  if (tok->spec().chat_template.empty()) {
-    return FailedPreconditionError(
-        "the model has no chat template; use `pocket run` without --chat for plain completion");
+// The chosen candidate of --choice (best mode).
+struct Choice {
+  GenerateResult result;               // text, tokens, timings, seed, stop reason
+  std::vector<CandidateScore> scores;  // best first
+  std::vector<std::string> texts;      // the candidates as given
+  int32_t chosen = -1;                 // index into texts; -1 when cancelled
+  double probability = 0.0;            // its probability among the candidates
+};
+
+// --choice in best mode: every candidate scored in one forward pass (the candidate rule of
+// runtime/candidates.h); temperature 0 takes the most probable, a temperature t > 0 samples from
+// the candidates' distribution p_i^(1/t), normalized.
+StatusOr<Choice> ChooseCandidate(Session& session, const std::string& prompt,
+                                 std::vector<std::string> texts, const GenerateOptions& options) {
+  const Tokenizer& tok = *session.model().tokenizer();
+  Choice c;
+  c.texts = std::move(texts);
+  c.result.seed = options.sampling.seed;
+  EncodeOptions eo;
+  eo.add_bos = tok.spec().add_bos;
+  POCKET_ASSIGN_OR_RETURN(CandidateTokens tokens, TokenizeCandidates(tok, prompt, c.texts, eo));
+  const Stopwatch watch;
+  auto scores = session.Score(tokens.prompt, tokens.candidates);
+  c.result.prefill_us = watch.elapsed_us();
+  c.result.n_prompt_tokens = static_cast<int32_t>(tokens.prompt.size());
+  if (scores.status().code() == StatusCode::kCancelled) {
+    c.result.stop_reason = StopReason::kCancelled;
+    return c;
   }
-  return ChatTemplate::Detect(tok->spec().chat_template);
+  POCKET_RETURN_IF_ERROR(scores.status());
+  c.scores = std::move(*scores);
+  const float t = options.sampling.temperature;
+  const CandidateScore* pick = &c.scores.front();
+  if (t > 0 && c.scores.size() > 1) {
+    // p_i^(1/t) normalized, from log-probabilities (the best one first, so no overflow).
+    std::vector<double> weights;
+    double total = 0;
+    for (const CandidateScore& s : c.scores) {
+      weights.push_back(std::exp((s.logprob - c.scores.front().logprob) / t));
+      total += weights.back();
+    }
+    Rng rng(options.sampling.seed);
+    double u = rng.NextDouble() * total;
+    size_t i = 0;
+    while (i + 1 < weights.size() && u >= weights[i]) u -= weights[i++];
+    pick = &c.scores[i];
+  }
+  c.chosen = pick->index;
+  c.probability = pick->probability;
+  c.result.text = c.texts[static_cast<size_t>(pick->index)];
+  c.result.tokens = pick->tokens;
+  c.result.stop_reason = StopReason::kEos;
+  return c;
 }
 
 }  // namespace
@@ -110,55 +183,107 @@ StatusOr<ChatTemplate> ModelTemplate(const Model& model) {
 Command AddRunCommand(CLI::App& root) {
   auto* app = root.add_subcommand("run", "generate text from a prompt");
   auto flags = std::make_shared<GenerationFlags>();
+  auto f = std::make_shared<RunFlags>();
+  f->app = app;
   flags->Register(app);
-  auto prompt = std::make_shared<std::string>();
-  auto prompt_file = std::make_shared<std::string>();
-  auto chat = std::make_shared<bool>(false);
-  auto json = std::make_shared<bool>(false);
-  auto choice = std::make_shared<std::string>();
-  auto regex = std::make_shared<std::string>();
-  auto schema_file = std::make_shared<std::string>();
-  auto grammar_file = std::make_shared<std::string>();
-  auto span_file = std::make_shared<std::string>();
-  auto span_fields = std::make_shared<std::vector<std::string>>();
-  auto span_rule = std::make_shared<std::string>("span");
-  app->add_option("-p,--prompt", *prompt, "the prompt");
-  app->add_option("--choice", *choice,
-                  "constrain the output to exactly one of these comma-separated strings");
-  app->add_option("--regex", *regex, "constrain the output to match this regular expression");
-  app->add_option("--json-schema", *schema_file,
-                  "constrain the output to JSON valid against this JSON Schema file "
-                  "(draft 2020-12 subset; see docs/architecture.md)");
-  app->add_option("--grammar", *grammar_file,
-                  "constrain the output to this GBNF grammar file (llama.cpp syntax)");
-  app->add_option("--span-source", *span_file,
+  app->add_option("-p,--prompt", f->prompt,
+                  "the prompt; -p \"\" starts from the beginning-of-text token alone");
+  app->add_option("-f,--file", f->prompt_file, "read the prompt from a file (- : standard input)");
+  app->add_flag("--chat", f->chat, "wrap the prompt as a user turn with the model's chat template");
+  app->add_option("--choice", f->choice,
+                  "the output is one of these comma-separated candidates; a candidate's tokens "
+                  "are those of prompt + candidate after the prompt's own tokens");
+  app->add_option("--choice-mode", f->choice_mode,
+                  "best: score the whole candidates in one pass (temperature 0 takes the most "
+                  "probable, > 0 samples from their distribution); stream: token by token")
+      ->check(CLI::IsMember({"best", "stream"}))
+      ->capture_default_str();
+  app->add_option("--regex", f->regex, "constrain the output to match this regular expression");
+  app->add_option("--json-schema", f->json_schema,
+                  "constrain the output to JSON valid against this JSON Schema text (draft "
+                  "2020-12 subset; see docs/architecture.md)");
+  app->add_option("--json-schema-file", f->json_schema_file,
+                  "as --json-schema, with the schema read from this file");
+  app->add_option("--grammar", f->grammar,
+                  "constrain the output to this GBNF grammar text (llama.cpp syntax)");
+  app->add_option("--grammar-file", f->grammar_file,
+                  "as --grammar, with the grammar read from this file");
+  app->add_option("--span-source", f->span_file,
                   "span fields (\"x-pocket-span\": true, --span-field, the GBNF rule --span-rule) "
                   "must be substrings of this file's text");
-  app->add_option("--span-field", *span_fields,
-                  "with --json-schema: a string property name whose value is a span (repeatable)");
-  app->add_option("--span-rule", *span_rule,
-                  "with --grammar: the rule name that matches a span of --span-source")
+  app->add_option("--span-field", f->span_fields,
+                  "with a JSON Schema: a string property name whose value is a span (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--span-rule", f->span_rule,
+                  "with a grammar: the rule name that matches a span of --span-source")
       ->capture_default_str();
-  app->add_flag("--json", *json,
-                "print one JSON object at the end (text, token ids, timings) instead of streaming");
-  app->add_option("-f,--file", *prompt_file, "read the prompt from a file");
-  app->add_flag("--chat", *chat, "wrap the prompt as a user turn with the model's chat template");
+  app->add_flag("--json", f->json,
+                "print one JSON object at the end (text, token ids, timings, seed) instead of "
+                "streaming");
+  SetExamples(app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
+                    "pocket run -m model.pocket --chat -p \"Name three colours.\" --json-schema "
+                    "'{\"type\":\"array\",\"items\":{\"type\":\"string\"}}'",
+                    "pocket run -m model.pocket -p \"Sentiment:\" --choice \" positive, negative\" "
+                    "--json"});
   return {app, [=]() -> int {
-            std::string text = *prompt;
-            if (!prompt_file->empty()) {
-              auto contents = ReadFileToString(*prompt_file);
+            const std::string usage = CheckUsage(*f, *flags);
+            if (!usage.empty()) return ReportUsageError(usage);
+            auto options = flags->Options();
+            if (!options.ok()) return ReportUsageError(options.status().message());
+            // Ctrl-C before the session exists ends the command; afterwards it cancels.
+            auto running = std::make_shared<std::atomic<Session*>>(nullptr);
+            InterruptWatcher watcher([running] {
+              if (Session* s = running->load()) {
+                s->Cancel();
+                return;
+              }
+              std::fputc('\n', stderr);
+              std::_Exit(kInterruptedExitCode);
+            });
+            std::string text = f->prompt;
+            if (f->given("--file")) {
+              auto contents = ReadPromptFile(f->prompt_file);
               if (!contents.ok()) return ReportError(contents.status());
-              text = *contents;
+              text = std::move(*contents);
             }
-            if (text.empty())
-              return ReportError(InvalidArgumentError("give a prompt with -p or -f"));
+            ConstraintSpec spec;
+            std::string constraint_source;  // the file a constraint came from, for messages
+            spec.regex = f->regex;
+            spec.json_schema = f->json_schema;
+            spec.grammar = f->grammar;
+            for (const auto& [option, path, out] :
+                 {std::tuple{"--json-schema-file", &f->json_schema_file, &spec.json_schema},
+                  std::tuple{"--grammar-file", &f->grammar_file, &spec.grammar}}) {
+              if (!f->given(option)) continue;
+              auto contents = ReadFileToString(*path);
+              if (!contents.ok()) return ReportError(contents.status());
+              if (Blank(*contents)) {
+                return ReportUsageError(StrCat(*path, ": the file is empty (", option, ")"));
+              }
+              *out = std::move(*contents);
+              constraint_source = *path;
+            }
+            if (f->given("--span-source")) {
+              auto contents = ReadFileToString(f->span_file);
+              if (!contents.ok()) return ReportError(contents.status());
+              spec.span_source = std::move(*contents);
+              spec.has_span_source = true;
+            }
+            spec.span_fields = f->span_fields;
+            spec.span_rule = f->span_rule;
+            std::vector<std::string> choices;
+            if (f->given("--choice")) choices = SplitString(f->choice, ',');
+            const bool choose_best = !choices.empty() && f->choice_mode == "best";
+            if (!choose_best) spec.choices = choices;
+
             auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
-            if ((*model)->tokenizer() == nullptr) {
+            const Tokenizer* tok = (*model)->tokenizer();
+            if (tok == nullptr) {
               return ReportError(FailedPreconditionError(
                   flags->model, " has no tokenizer; pass one with --tokenizer"));
             }
-            if (*chat) {
+            if (f->chat) {
               auto tmpl = ModelTemplate(**model);
               if (!tmpl.ok()) return ReportError(tmpl.status());
               std::vector<ChatMessage> messages;
@@ -170,121 +295,78 @@ Command AddRunCommand(CLI::App& root) {
               if (!formatted.ok()) return ReportError(formatted.status());
               text = *formatted;
             }
+            // -p "": the beginning-of-text token alone, as llama.cpp and llama2.c start.
+            std::vector<int32_t> start_tokens;
+            if (text.empty()) {
+              int32_t bos = tok->spec().bos_id;
+              if (bos < 0) bos = tok->FindToken("<|endoftext|>");
+              if (bos < 0) {
+                return ReportUsageError(StrCat(
+                    "the prompt is empty and ", flags->model,
+                    "'s tokenizer has no beginning-of-text token to start from; give a prompt"));
+              }
+              start_tokens.push_back(bos);
+            }
             auto so = flags->engine.Session();
             if (!so.ok()) return ReportError(so.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
-            GenerateOptions options = flags->Options();
-            ConstraintSpec spec;
-            if (!choice->empty()) spec.choices = SplitString(*choice, ',');
-            spec.regex = *regex;
-            if (!schema_file->empty()) {
-              auto contents = ReadFileToString(*schema_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              if (contents->empty())
-                return ReportError(InvalidArgumentError(*schema_file, ": empty schema file"));
-              spec.json_schema = std::move(*contents);
-            }
-            if (!grammar_file->empty()) {
-              auto contents = ReadFileToString(*grammar_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              if (contents->empty())
-                return ReportError(InvalidArgumentError(*grammar_file, ": empty grammar file"));
-              spec.grammar = std::move(*contents);
-            }
-            if (!span_file->empty()) {
-              auto contents = ReadFileToString(*span_file);
-              if (!contents.ok()) return ReportError(contents.status());
-              spec.span_source = std::move(*contents);
-              spec.has_span_source = true;
-            }
-            spec.span_fields = *span_fields;
-            spec.span_rule = *span_rule;
-            auto made = MakeConstraint(*(*model)->tokenizer(), spec);
+            Session& s = **session;
+            auto made = MakeConstraint(*tok, spec);
             if (!made.ok()) {
-              const std::string what = !schema_file->empty()    ? *schema_file + ": "
-                                       : !grammar_file->empty() ? *grammar_file + ": "
-                                                                : std::string();
+              const std::string what = constraint_source.empty() ? "" : constraint_source + ": ";
               return ReportError(Status(made.status().code(), what + made.status().message()));
             }
             std::unique_ptr<Constraint> constraint = std::move(*made);
-            options.constraint = constraint.get();
-            auto result =
-                (*session)->Generate(std::string_view(text), options,
-                                     *json ? StreamCallback() : StreamCallback(PrintPiece));
+            options->constraint = constraint.get();
+            running->store(&s);
+
+            StatusOr<GenerateResult> result = GenerateResult();
+            Choice choice;
+            if (choose_best) {
+              if (text.empty()) {
+                return ReportUsageError("--choice needs a prompt to score the candidates after");
+              }
+              auto chosen = ChooseCandidate(s, text, choices, *options);
+              if (!chosen.ok()) return ReportError(chosen.status());
+              choice = std::move(*chosen);
+              result = choice.result;
+              if (!f->json) PrintPiece(result->text);
+            } else {
+              const StreamCallback stream = f->json ? StreamCallback() : StreamCallback(PrintPiece);
+              result = start_tokens.empty()
+                           ? s.Generate(std::string_view(text), *options, stream)
+                           : s.Generate(std::span<const int32_t>(start_tokens), *options, stream);
+            }
+            running->store(nullptr);
             if (!result.ok()) return ReportError(result.status());
-            if (*json) {
-              const GenerateResult& r = *result;
-              const double prefill_s = static_cast<double>(r.prefill_us) * 1e-6;
-              const double decode_s = static_cast<double>(r.decode_us) * 1e-6;
-              nlohmann::json j = {
-                  {"text", r.text},
-                  {"tokens", r.tokens},
-                  {"n_prompt_tokens", r.n_prompt_tokens + r.n_reused_tokens},
-                  {"n_prompt_tokens_evaluated", r.n_prompt_tokens},
-                  {"stop_reason", StopReasonName(r.stop_reason)},
-                  {"prefill_s", prefill_s},
-                  {"decode_s", decode_s},
-                  {"prefill_tokens_per_s", prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0},
-                  {"decode_tokens_per_s",
-                   decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0},
-                  {"constraint_ms", static_cast<double>(r.constraint_us) / 1000.0},
-                  {"constraint_us_per_token",
-                   r.n_masks > 0 ? static_cast<double>(r.constraint_us) / r.n_masks : 0.0},
-                  {"forced_tokens", r.n_forced_tokens},
-                  {"load_ms", static_cast<double>((*model)->load_us()) / 1000.0},
-                  {"file_bytes", (*model)->source().file_bytes()},
-                  {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};
-              std::printf("%s\n",
-                          j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-              return 0;
+            const bool cancelled = result->stop_reason == StopReason::kCancelled;
+            const int exit_code = cancelled ? kInterruptedExitCode : 0;
+            if (f->json) {
+              nlohmann::json j = ResultJson(*result, **model);
+              if (choose_best && choice.chosen >= 0) {
+                j["choice"] = {{"index", choice.chosen}};
+                nlohmann::json ranked = nlohmann::json::array();
+                for (const CandidateScore& c : choice.scores) {
+                  ranked.push_back({{"index", c.index},
+                                    {"text", choice.texts[static_cast<size_t>(c.index)]},
+                                    {"tokens", c.tokens},
+                                    {"logprob", c.logprob},
+                                    {"probability", c.probability}});
+                }
+                j["candidates"] = std::move(ranked);
+              }
+              PrintJson(j);
+              return exit_code;
             }
             std::fputc('\n', stdout);
-            PrintStats(*result);
-            return 0;
-          }};
-}
-
-Command AddChatCommand(CLI::App& root) {
-  auto* app = root.add_subcommand(
-      "chat", "interactive multi-turn chat (/reset clears the conversation, /exit or EOF ends)");
-  auto flags = std::make_shared<GenerationFlags>();
-  flags->Register(app);
-  return {app, [=]() -> int {
-            auto model = LoadModel(flags->model, flags->engine);
-            if (!model.ok()) return ReportError(model.status());
-            auto tmpl = ModelTemplate(**model);
-            if (!tmpl.ok()) return ReportError(tmpl.status());
-            auto so = flags->engine.Session();
-            if (!so.ok()) return ReportError(so.status());
-            auto session = Session::Create(*model, *so);
-            if (!session.ok()) return ReportError(session.status());
-            std::vector<ChatMessage> messages;
-            if (!flags->system.empty()) messages.push_back({"system", flags->system});
-            const size_t n_fixed = messages.size();
-            ChatOptions co;
-            co.enable_thinking = !flags->no_think;
-            GenerateOptions options = flags->Options();
-            std::string line;
-            while (true) {
-              std::fprintf(stderr, "> ");
-              if (!std::getline(std::cin, line) || line == "/exit") break;
-              if (line == "/reset") {
-                messages.resize(n_fixed);
-                (*session)->Reset();
-                continue;
-              }
-              if (line.empty()) continue;
-              messages.push_back({"user", line});
-              auto formatted = tmpl->Apply(messages, co);
-              if (!formatted.ok()) return ReportError(formatted.status());
-              auto result = (*session)->Generate(std::string_view(*formatted), options, PrintPiece);
-              if (!result.ok()) return ReportError(result.status());
-              std::fputc('\n', stdout);
-              if (flags->engine.verbose) PrintStats(*result);
-              messages.push_back({"assistant", result->text});
+            std::fflush(stdout);
+            if (choose_best && choice.chosen >= 0) {
+              std::fprintf(stderr, "\npocket: chose candidate %d of %zu (p = %.4f among them)",
+                           choice.chosen, choice.texts.size(), choice.probability);
             }
-            return 0;
+            PrintStats(*result);
+            return exit_code;
           }};
 }
 

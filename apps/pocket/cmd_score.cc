@@ -1,13 +1,16 @@
 // pocket score: log-probabilities of candidate continuations of a prompt, all candidates in one
 // forward pass (tree attention), ranked; --compare also times one pass per candidate. --head (the
 // default for a model with a classification head and no candidates): the head's labels scored
-// from one forward pass of the prompt alone.
+// from one forward pass of the prompt alone. Candidates are tokenized by the one candidate rule
+// (runtime/candidates.h): a candidate's tokens are those of Encode(prompt + candidate) after the
+// prompt's own tokens, as in `pocket run --choice` and the C API's pocket_score.
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
 #include "base/timer.h"
 #include "common.h"
+#include "runtime/candidates.h"
 #include "tokenizer/chat_template.h"
 
 namespace pocket::cli {
@@ -26,16 +29,16 @@ std::vector<std::string> SplitCandidates(const std::string& list) {
   return out;
 }
 
-StatusOr<std::vector<int32_t>> ParseIds(const std::string& list, int32_t vocab) {
+// --ids as token ids; a part that is not a non-negative integer is a usage error (its message in
+// *usage), one outside the model's vocabulary a runtime error (OutOfRange).
+std::vector<int32_t> ParseIds(const std::string& list, std::string* usage) {
   std::vector<int32_t> ids;
   for (const std::string& part : SplitString(list, ',')) {
     char* end = nullptr;
     const long v = std::strtol(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
-      return InvalidArgumentError("--ids: ", QuoteBytes(part), " is not a token id");
-    }
-    if (v >= vocab) {
-      return OutOfRangeError("--ids: id ", v, " is outside the vocabulary of ", vocab);
+      *usage = StrCat("--ids: ", QuoteBytes(part), " is not a token id");
+      return {};
     }
     ids.push_back(static_cast<int32_t>(v));
   }
@@ -84,8 +87,12 @@ Command AddScoreCommand(CLI::App& root) {
   f->engine.Register(app);
   app->add_option("-p,--prompt", f->prompt, "the prompt");
   app->add_option("--ids", f->ids, "the prompt as comma-separated token ids (instead of -p)");
-  app->add_option("--candidates", f->candidates, "comma-separated candidate continuations");
-  app->add_option("--candidates-file", f->candidates_file, "candidates, one per line");
+  app->add_option("--candidates", f->candidates,
+                  "comma-separated candidate continuations, spaces kept: a candidate's tokens are "
+                  "those of the prompt text + candidate after the prompt's own tokens (\" time\" "
+                  "as in running text; with --ids, each candidate encoded alone)");
+  app->add_option("--candidates-file", f->candidates_file,
+                  "candidates, one per line (empty lines skipped), tokenized as --candidates");
   app->add_flag("--head", f->head,
                 "score the labels of the model's classification head from one forward pass of "
                 "the prompt (the default when the model has a head and no candidates are given)");
@@ -100,15 +107,38 @@ Command AddScoreCommand(CLI::App& root) {
                 "also score one candidate per forward pass and report both times (medians)");
   app->add_option("-r,--repetitions", f->repetitions, "timed runs for --compare")
       ->capture_default_str();
+  SetExamples(app, {"pocket score -m model.gguf -p \"The capital of France is\" --candidates "
+                    "\" Paris, Rome, Berlin\"",
+                    "pocket score -m model.pocket --chat -p \"Is this review positive? Great "
+                    "phone.\" --candidates \"yes,no\" --json",
+                    "pocket score -m classifier.pocket -p \"Great phone.\" --head"});
   return {app, [=]() -> int {
             if (f->prompt.empty() == f->ids.empty()) {
-              return ReportError(InvalidArgumentError("give the prompt as -p TEXT or --ids 1,2,3"));
+              return ReportUsageError("give the prompt as -p TEXT or --ids 1,2,3 (one of them)");
             }
             if (!f->ids.empty() && f->chat) {
-              return ReportError(InvalidArgumentError("--chat needs a text prompt (-p)"));
+              return ReportUsageError("--chat needs a text prompt (-p), not --ids");
             }
+            if (!f->system.empty() && !f->chat) return ReportUsageError("--system needs --chat");
+            if (f->no_think && !f->chat) return ReportUsageError("--no-think needs --chat");
+            if (f->compare && f->repetitions < 1) {
+              return ReportUsageError("--repetitions must be at least 1");
+            }
+            std::string usage;
+            const std::vector<int32_t> prompt_ids =
+                f->ids.empty() ? std::vector<int32_t>() : ParseIds(f->ids, &usage);
+            if (!usage.empty()) return ReportUsageError(usage);
             std::vector<std::string> texts;
-            if (!f->candidates.empty()) texts = SplitCandidates(f->candidates);
+            if (!f->candidates.empty()) {
+              texts = SplitCandidates(f->candidates);
+              for (size_t i = 0; i < texts.size(); ++i) {
+                if (texts[i].empty()) {
+                  return ReportUsageError(StrCat("--candidates: candidate ", i + 1, " of ",
+                                                 texts.size(),
+                                                 " is empty (two commas, or one at an end)"));
+                }
+              }
+            }
             if (!f->candidates_file.empty()) {
               auto contents = ReadFileToString(f->candidates_file);
               if (!contents.ok()) return ReportError(contents.status());
@@ -117,8 +147,11 @@ Command AddScoreCommand(CLI::App& root) {
               }
             }
             if (f->head && !texts.empty()) {
-              return ReportError(InvalidArgumentError(
-                  "--head scores the model's own labels; drop --candidates / --candidates-file"));
+              return ReportUsageError(
+                  "--head scores the model's own labels; drop --candidates / --candidates-file");
+            }
+            if (f->head && f->compare) {
+              return ReportUsageError("--compare applies to --candidates, not --head");
             }
             auto model = LoadModel(f->model, f->engine);
             if (!model.ok()) return ReportError(model.status());
@@ -126,12 +159,13 @@ Command AddScoreCommand(CLI::App& root) {
             // which Classify refuses with a clear error on a model without one).
             const bool head_form = f->head || (texts.empty() && (*model)->classifier().present());
             if (!head_form && texts.empty()) {
-              return ReportError(InvalidArgumentError("give --candidates or --candidates-file (",
-                                                      f->model,
-                                                      " has no classification head for --head)"));
+              return ReportUsageError(StrCat("give --candidates or --candidates-file (", f->model,
+                                             " has no classification head for --head)"));
             }
             if (head_form && f->compare) {
-              return ReportError(InvalidArgumentError("--compare applies to --candidates"));
+              return ReportUsageError(StrCat("--compare applies to --candidates (", f->model,
+                                             " has a classification head: without candidates, "
+                                             "its labels are scored)"));
             }
             const Tokenizer* tok = (*model)->tokenizer();
             // Text needs the tokenizer: a -p prompt, or candidates.
@@ -156,14 +190,19 @@ Command AddScoreCommand(CLI::App& root) {
               if (!formatted.ok()) return ReportError(formatted.status());
               prompt_text = *formatted;
             }
-            StatusOr<std::vector<int32_t>> prompt = std::vector<int32_t>();
-            if (f->ids.empty()) {
-              EncodeOptions eo;
-              eo.add_bos = tok->spec().add_bos;
-              prompt = tok->Encode(prompt_text, eo);
-            } else {
-              prompt = ParseIds(f->ids, (*model)->config().vocab_size);
+            const int32_t vocab = (*model)->config().vocab_size;
+            for (int32_t id : prompt_ids) {
+              if (id >= vocab) {
+                return ReportError(
+                    OutOfRangeError("--ids: id ", id, " is outside the vocabulary of ", vocab));
+              }
             }
+            // The prompt as run encodes it (BOS first when the tokenizer adds one); the same
+            // options for the joint prompt + candidate encodings.
+            EncodeOptions eo;
+            if (tok != nullptr) eo.add_bos = tok->spec().add_bos;
+            StatusOr<std::vector<int32_t>> prompt = prompt_ids;
+            if (f->ids.empty() && head_form) prompt = tok->Encode(prompt_text, eo);
             if (!prompt.ok()) return ReportError(prompt.status());
             if (head_form) {
               auto so = f->engine.Session();
@@ -175,15 +214,15 @@ Command AddScoreCommand(CLI::App& root) {
               return PrintLabels(*labels, prompt->size(), f->json);
             }
             std::vector<std::vector<int32_t>> candidates;
-            EncodeOptions plain;
-            plain.parse_special = false;
-            for (const std::string& t : texts) {
-              auto ids = tok->Encode(t, plain);
-              if (!ids.ok()) return ReportError(ids.status());
-              if (ids->empty()) {
-                return ReportError(InvalidArgumentError("candidate ", QuoteBytes(t), " is empty"));
-              }
-              candidates.push_back(std::move(*ids));
+            if (f->ids.empty()) {
+              auto tokens = TokenizeCandidates(*tok, prompt_text, texts, eo);
+              if (!tokens.ok()) return ReportError(tokens.status());
+              prompt = std::move(tokens->prompt);
+              candidates = std::move(tokens->candidates);
+            } else {
+              auto tokens = TokenizeCandidatesAlone(*tok, texts, eo);
+              if (!tokens.ok()) return ReportError(tokens.status());
+              candidates = std::move(*tokens);
             }
             auto so = f->engine.Session();
             if (!so.ok()) return ReportError(so.status());

@@ -1,6 +1,10 @@
-// pocket tokenize: JSON Lines {"text": ...} on stdin -> {"ids": [...]} on stdout, one per line.
-// No special tokens are added; special-token strings in the text are recognised (as Hugging Face
-// does by default).
+// pocket tokenize: token ids of text. `-p TEXT` prints one {"ids": [...]} line for TEXT encoded as
+// `pocket run -p TEXT` encodes its prompt (BOS first when the tokenizer adds one; --no-bos leaves
+// it out). Without -p: JSON Lines {"text": ...} on stdin -> {"ids": [...]} on stdout, one per
+// line, with no BOS or other added token: each line is a piece of text, as Hugging Face's
+// encode(text, add_special_tokens=False), so pieces can be joined and compared with other
+// tokenizers. Either form recognises special-token strings in the text (as Hugging Face does by
+// default) unless --no-parse-special.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -11,35 +15,69 @@ namespace pocket::cli {
 
 Command AddTokenizeCommand(CLI::App& root) {
   auto* app = root.add_subcommand(
-      "tokenize", "tokenize JSON Lines {\"text\": ...} from stdin into {\"ids\": [...]}");
-  auto model_path = std::make_shared<std::string>();
-  auto tokenizer_path = std::make_shared<std::string>();
-  auto no_special = std::make_shared<bool>(false);
-  app->add_option("-m,--model", *model_path, "a model, or a tokenizer.json")->required();
-  app->add_option("--tokenizer", *tokenizer_path, "tokenizer to use instead of the model's");
-  app->add_flag("--no-parse-special", *no_special,
+      "tokenize",
+      "token ids of -p TEXT (as run encodes its prompt), or of JSON Lines {\"text\": ...} from "
+      "stdin");
+  struct Flags {
+    std::string model, tokenizer, prompt;
+    bool no_special = false, no_bos = false;
+  };
+  auto f = std::make_shared<Flags>();
+  app->add_option("-m,--model", f->model, "a model, or a tokenizer.json")->required();
+  app->add_option("--tokenizer", f->tokenizer,
+                  "tokenizer to use instead of the model's (tokenizer.json or llama2.c .bin)");
+  auto* prompt = app->add_option(
+      "-p,--prompt", f->prompt,
+      "tokenize TEXT as run does its prompt (BOS first when the tokenizer adds one) and print "
+      "{\"ids\": [...]}; without -p, stdin is read (no BOS)");
+  app->add_flag("--no-bos", f->no_bos, "with -p: leave out the BOS token run would add");
+  app->add_flag("--no-parse-special", f->no_special,
                 "treat special-token strings in the text as plain text");
+  SetExamples(app, {"pocket tokenize -m model.gguf -p \"Once upon a time\"",
+                    "pocket tokenize -m stories260K.bin --tokenizer tok512.bin -p Once --no-bos",
+                    "echo '{\"text\": \"hello world\"}' | pocket tokenize -m tokenizer.json"});
   return {
       app, [=]() -> int {
+        const bool from_prompt = prompt->count() > 0;
+        if (from_prompt && f->prompt.empty()) {
+          return ReportUsageError("-p is empty; give the text to tokenize");
+        }
+        if (f->no_bos && !from_prompt) {
+          return ReportUsageError("--no-bos applies to -p (stdin lines never get a BOS)");
+        }
         std::shared_ptr<const Tokenizer> owned;
         std::shared_ptr<const Model> model;
         const Tokenizer* tok = nullptr;
-        if (EndsWith(*model_path, ".json") && !IsDirectory(*model_path)) {
-          auto t = Tokenizer::FromHfJsonFile(*model_path);
+        if (EndsWith(f->model, ".json") && !IsDirectory(f->model)) {
+          if (!f->tokenizer.empty()) {
+            return ReportUsageError(
+                StrCat("-m ", f->model, " is a tokenizer already; drop --tokenizer"));
+          }
+          auto t = Tokenizer::FromHfJsonFile(f->model);
           if (!t.ok()) return ReportError(t.status());
           owned = *t;
           tok = owned.get();
         } else {
-          auto m = LoadModel(*model_path, TokenizerOnly(*tokenizer_path));
+          auto m = LoadModel(f->model, TokenizerOnly(f->tokenizer));
           if (!m.ok()) return ReportError(m.status());
           model = *m;
           tok = model->tokenizer();
           if (tok == nullptr) {
-            return ReportError(FailedPreconditionError(*model_path, " has no tokenizer"));
+            return ReportError(
+                FailedPreconditionError(f->model, " has no tokenizer; pass one with --tokenizer"));
           }
         }
         EncodeOptions options;
-        options.parse_special = !*no_special;
+        options.parse_special = !f->no_special;
+        if (from_prompt) {
+          // As Session::Generate(text) encodes a prompt.
+          options.add_bos = tok->spec().add_bos && !f->no_bos;
+          auto ids = tok->Encode(f->prompt, options);
+          if (!ids.ok()) return ReportError(ids.status().WithContext("-p"));
+          std::cout << nlohmann::json({{"ids", *ids}}).dump() << '\n';
+          std::cout.flush();
+          return 0;
+        }
         std::string line;
         int64_t line_no = 0;
         while (std::getline(std::cin, line)) {

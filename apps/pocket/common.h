@@ -3,8 +3,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/log.h"
 #include "base/status.h"
@@ -33,8 +35,14 @@ Command AddVerifyCommand(CLI::App& root);
 Command AddPruneVocabCommand(CLI::App& root);
 Command AddScoreCommand(CLI::App& root);
 
-// Prints "pocket: error: <message>" to stderr and returns 1.
+// Runtime errors (a file that does not load, a generation that fails): prints
+// "pocket: error: <message>" to stderr and returns 1.
 int ReportError(const Status& status);
+// Usage errors (options that contradict each other, a missing or empty argument): prints
+// "pocket: error: <message>" to stderr and returns 2, as the option parser's own errors do.
+int ReportUsageError(std::string_view message);
+// Sets the text printed at the end of a subcommand's --help: "Examples:" and one line each.
+void SetExamples(CLI::App* app, std::initializer_list<std::string_view> examples);
 // The CLI's logger: warnings and errors to stderr; info too with --verbose.
 Logger CliLogger(bool verbose);
 
@@ -49,6 +57,7 @@ struct EngineFlags {
   bool no_amx = false;
   bool no_repack = false;
   bool verbose = false;
+  CLI::Option* ctx_option = nullptr;  // to tell a -c the user gave from the default
 
   void Register(CLI::App* app);
   StatusOr<SessionOptions> Session() const;

@@ -1,5 +1,9 @@
 // pocket: run small language models on phone-class CPUs. See `pocket --help`.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common.h"
@@ -11,6 +15,21 @@ int ReportError(const Status& status) {
   return 1;
 }
 
+int ReportUsageError(std::string_view message) {
+  std::fprintf(stderr, "pocket: error: %.*s\n", static_cast<int>(message.size()), message.data());
+  return 2;
+}
+
+void SetExamples(CLI::App* app, std::initializer_list<std::string_view> examples) {
+  std::string text = "\nExamples:\n";
+  for (std::string_view e : examples) {
+    text += "  ";
+    text += e;
+    text += '\n';
+  }
+  app->footer(text);
+}
+
 Logger CliLogger(bool verbose) {
   return Logger::Stderr(verbose ? LogLevel::kInfo : LogLevel::kWarning);
 }
@@ -20,7 +39,9 @@ void EngineFlags::Register(CLI::App* app) {
                   "tokenizer.json, or a llama2.c tokenizer.bin (llama2.c models need one)");
   app->add_option("-t,--threads", n_threads, "threads (0: one per hardware thread)")
       ->capture_default_str();
-  app->add_option("-c,--ctx-size", n_ctx, "context size in tokens")->capture_default_str();
+  ctx_option = app->add_option("-c,--ctx-size", n_ctx,
+                               "context size in tokens (at most the model's trained context)")
+                   ->capture_default_str();
   app->add_option("-b,--batch", n_batch, "prefill chunk in tokens")->capture_default_str();
   app->add_option("--kv-type", kv_type, "KV cache type: f16, f32 or q8")->capture_default_str();
   app->add_option("--kernels", kernels,
@@ -52,8 +73,55 @@ StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path,
   ko.force = flags.kernels;
   ko.allow_amx = !flags.no_amx;
   POCKET_ASSIGN_OR_RETURN(options.kernels, SelectKernels(ko));
-  return Model::Load(path, options);
+  POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(path, options));
+  const int32_t n_ctx_train = model->config().n_ctx_train;
+  if (flags.ctx_option != nullptr && flags.ctx_option->count() > 0 && flags.n_ctx > n_ctx_train) {
+    std::fprintf(stderr,
+                 "pocket: warning: --ctx-size %d is above the context %s was trained on (%d "
+                 "tokens); using %d\n",
+                 flags.n_ctx, path.c_str(), n_ctx_train, n_ctx_train);
+  }
+  return model;
 }
+
+namespace {
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// `unknown command "runn" (did you mean "run"?)`, or the list of commands.
+std::string UnknownCommand(std::string_view name, const std::vector<Command>& commands) {
+  std::string best;
+  size_t best_distance = 3;  // suggest only close names
+  std::string all;
+  for (const Command& c : commands) {
+    const std::string& n = c.app->get_name();
+    all += all.empty() ? n : ", " + n;
+    const size_t d = EditDistance(name, n);
+    if (d < best_distance || (best.empty() && n.rfind(name, 0) == 0 && !name.empty())) {
+      best = n;
+      best_distance = std::min(d, best_distance);
+    }
+  }
+  std::string message = "unknown command \"" + std::string(name) + "\"";
+  if (!best.empty()) return message + " (did you mean \"" + best + "\"?)";
+  return message + " (commands: " + all + ")";
+}
+
+}  // namespace
 
 }  // namespace pocket::cli
 
@@ -65,15 +133,33 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "pocket 0.1.0");
   app.require_subcommand(1);
   app.fallthrough();
+  // As llama.cpp: an option given twice takes the last value (lists such as --stop take all).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::vector<Command> commands = {
       AddRunCommand(app),        AddChatCommand(app),    AddTokenizeCommand(app),
       AddLogitsCommand(app),     AddInfoCommand(app),    AddMakeModelCommand(app),
       AddBenchCommand(app),      AddConvertCommand(app), AddVerifyCommand(app),
       AddPruneVocabCommand(app), AddScoreCommand(app)};
+  if (argc < 2) {
+    std::fprintf(stderr, "%s", app.help().c_str());
+    return ReportUsageError("give a command (pocket COMMAND --help describes each)");
+  }
+  if (argv[1][0] != '-') {
+    const bool known = std::any_of(commands.begin(), commands.end(),
+                                   [&](const Command& c) { return c.app->check_name(argv[1]); });
+    if (!known) return ReportUsageError(UnknownCommand(argv[1], commands));
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors read as every other error and exit 2.
+    return ReportUsageError(std::string(e.what()) + " (see --help)");
   }
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run();

@@ -5,7 +5,7 @@
 namespace pocket::cli {
 
 Status WriteNpyFloat32(const std::string& path, const std::vector<int64_t>& shape,
-                       const float* data) {
+                       const float* data, const std::vector<std::string>& inputs) {
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -22,7 +22,7 @@ Status WriteNpyFloat32(const std::string& path, const std::vector<int64_t>& shap
   header.push_back(static_cast<char>(len & 0xff));
   header.push_back(static_cast<char>(len >> 8));
   header += dict;
-  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path));
+  POCKET_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(path, inputs));
   POCKET_RETURN_IF_ERROR(out.Write(header.data(), header.size()));
   POCKET_RETURN_IF_ERROR(out.Write(data, static_cast<size_t>(n) * sizeof(float)));
   return out.Commit();

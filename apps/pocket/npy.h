@@ -1,4 +1,4 @@
-// Writes float32 arrays as NumPy .npy (format 1.0) files, atomically.
+// Writes float32 arrays as NumPy .npy (format 1.0) files, atomically, never over an input.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,8 @@
 
 namespace pocket::cli {
 
+// `inputs`: every file the command read (OutputFile::Create refuses to write over one).
 Status WriteNpyFloat32(const std::string& path, const std::vector<int64_t>& shape,
-                       const float* data);
+                       const float* data, const std::vector<std::string>& inputs);
 
 }  // namespace pocket::cli

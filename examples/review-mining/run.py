@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Review opinion mining with the pocket CLI: for each review of a JSONL file, fill the prompt
-template, run `pocket run --json-schema schema.json --span-source REVIEW` (the output is JSON
+template, run `pocket run --json-schema-file schema.json --span-source REVIEW` (the output is JSON
 of that schema, its aspect and opinion strings copied from the review), and write one
 prediction per review:
 
@@ -54,7 +54,7 @@ def parse_args(argv=None):
 
 
 def pocket_command(args, prompt_file, source_file):
-    cmd = [args.pocket, "run", "-m", args.model, "-f", prompt_file, "--json-schema", args.schema,
+    cmd = [args.pocket, "run", "-m", args.model, "-f", prompt_file, "--json-schema-file", args.schema,
            "--span-source", source_file, "-n", str(args.max_tokens), "--temp", str(args.temp),
            "--json"]
     if args.tokenizer:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """run.py against a stand-in for `pocket run` (a small script that follows the CLI contract:
---json-schema, --span-source, --json, errors as a nonzero exit with a message on stderr), so
+--json-schema-file, --span-source, --json, errors as a nonzero exit with a message on stderr), so
 the runner's own logic is tested without a model or a build: the prompt and span-source files
 it writes, the command line, parsing, and that one bad review is recorded and the run goes on.
 python3 examples/review-mining/test_run_fake.py"""
@@ -23,7 +23,7 @@ def opt(name):
     return args[args.index(name) + 1] if name in args else None
 prompt = open(opt("-f"), encoding="utf-8").read()
 source = open(opt("--span-source"), encoding="utf-8").read()
-schema = json.load(open(opt("--json-schema"), encoding="utf-8"))
+schema = json.load(open(opt("--json-schema-file"), encoding="utf-8"))
 with open(LOG_PATH, "a", encoding="utf-8") as log:
     log.write(json.dumps({"args": args, "prompt": prompt, "source": source}) + "\n")
 def answer(text, stop="eos"):
@@ -111,7 +111,7 @@ class RunWithFakePocket(unittest.TestCase):
             self.assertIn(flag, args)
         for flag, value in (("-m", "model.bin"), ("-n", "99"), ("--temp", "0.0"),
                             ("--tokenizer", "tok.bin"), ("-t", "1"),
-                            ("--json-schema", os.path.join(HERE, "schema.json"))):
+                            ("--json-schema-file", os.path.join(HERE, "schema.json"))):
             self.assertEqual(args[args.index(flag) + 1], value, flag)
         self.assertIn("1 reviews, 0 errors", p.stderr)
 

@@ -58,6 +58,35 @@ DType DenseType(Encoding e) {
   return e == Encoding::kF16 ? DType::kF16 : e == Encoding::kBF16 ? DType::kBF16 : DType::kF32;
 }
 
+// The smallest group of the packed layout: its groups are multiples of 32 columns.
+constexpr int32_t kMinGroup = 32;
+
+// How a matrix of `cols` columns asked for at encoding `e` and `group` columns per scale is stored:
+// as asked when the group divides the columns; else at the largest smaller supported group that
+// does; else as f16. int8 per row would come before f16, but the runtime has no layout for it:
+// packed groups are multiples of 32, and so are the dense Q8_0 blocks, so a width that 32 does not
+// divide fits neither. f16 is the nearest dense type the kernels run (and exact for f16 sources).
+struct Placement {
+  Encoding encoding;
+  int32_t group = 0;   // packed encodings only
+  std::string reason;  // why not as asked; empty when as asked
+};
+
+Placement Place(Encoding e, int32_t group, int64_t cols) {
+  if (!IsPacked(e) || cols % group == 0) return {e, group, ""};
+  for (int32_t g = group / 2; g >= kMinGroup; g /= 2) {
+    if (cols % g == 0) {
+      return {e, g, StrCat(cols, " columns are not a multiple of ", group)};
+    }
+  }
+  return {Encoding::kF16, 0,
+          StrCat(cols, " columns are not a multiple of ", kMinGroup, ", the smallest group")};
+}
+
+std::string PlacementName(Encoding e, int32_t group) {
+  return IsPacked(e) ? StrCat(EncodingName(e), " g", group) : std::string(EncodingName(e));
+}
+
 // Row r of any matrix as floats.
 void ReadRow(const Linear& l, int64_t r, float* out) {
   if (l.packed) {
@@ -131,9 +160,15 @@ class Converter {
  public:
   Converter(const ConvertOptions& o, ThreadPool& pool) : options_(o), pool_(pool) {}
 
-  Status AddMatrix(PocketWriter& w, const std::string& name, Source src, Encoding e,
+  Status AddMatrix(PocketWriter& w, const std::string& name, Source src, Encoding requested,
                    const std::string& group_name) {
     const int64_t rows = src.rows(), cols = src.cols();
+    const Placement place = Place(requested, options_.group, cols);
+    const Encoding e = place.encoding;
+    if (!place.reason.empty()) {
+      fallbacks_.push_back({name, group_name, PlacementName(requested, options_.group),
+                            PlacementName(e, place.group), place.reason});
+    }
     ConvertGroupReport& report = Report(group_name, e);
     report.n_weights += rows * cols;
     if (!IsPacked(e)) {
@@ -155,21 +190,16 @@ class Converter {
     }
     PackedLayout layout;
     layout.codes = e == Encoding::kInt4 ? PackedCodes::kU4 : PackedCodes::kU8;
-    layout.group = options_.group;
+    layout.group = place.group;
     layout.rows = rows;
     layout.cols = cols;
     layout.explicit_min = e == Encoding::kInt4;
-    if (cols % options_.group != 0) {
-      return InvalidArgumentError("tensor ", name, ": ", cols,
-                                  " columns are not a multiple of the group size ", options_.group,
-                                  " (use --group 32)");
-    }
     if (src.interleave && (src.parts[0]->rows() % kPanelRows != 0)) {
       return InvalidArgumentError("tensor ", name, ": ", src.parts[0]->rows(),
                                   " rows are not a multiple of 16");
     }
     PackedLayout exact;
-    if (ExactLayout(src, e == Encoding::kInt4, options_.group, &exact)) {
+    if (ExactLayout(src, e == Encoding::kInt4, place.group, &exact)) {
       report.bytes += exact.total_bytes();
       report.kept_weights += rows * cols;
       const DType type = src.parts[0]->w.type;
@@ -200,6 +230,7 @@ class Converter {
   }
 
   std::vector<ConvertGroupReport> TakeReport() { return std::move(report_); }
+  std::vector<ConvertFallback> TakeFallbacks() { return std::move(fallbacks_); }
 
   Status CheckCancelled() const {
     if (options_.cancelled && options_.cancelled()) return CancelledError("conversion cancelled");
@@ -252,6 +283,7 @@ class Converter {
   const ConvertOptions& options_;
   ThreadPool& pool_;
   std::vector<ConvertGroupReport> report_;
+  std::vector<ConvertFallback> fallbacks_;
 };
 
 // The matrix of --classifier-head as f32: a .npy array, or a safetensors tensor (cls_head.weight,
@@ -300,14 +332,8 @@ StatusOr<NpyArray> ReadHeadFile(const std::string& path) {
 
 // The head to write: the one given by the options, else the input's own (or none).
 StatusOr<ClassifierHead> HeadToWrite(const Model& model, const ConvertOptions& o) {
-  if (o.classifier_head_path.empty() && o.classifier_labels.empty()) return model.classifier();
-  if (o.classifier_head_path.empty()) {
-    return InvalidArgumentError("--classifier-labels needs --classifier-head (the matrix ",
-                                "[n_labels, hidden] whose rows score the labels)");
-  }
-  if (o.classifier_labels.empty()) {
-    return InvalidArgumentError("--classifier-head needs --classifier-labels (one name per row)");
-  }
+  // Both or neither of the path and the labels (CheckConvertOptions).
+  if (o.classifier_head_path.empty()) return model.classifier();
   POCKET_ASSIGN_OR_RETURN(NpyArray a, ReadHeadFile(o.classifier_head_path));
   const int32_t d = model.config().d_model;
   POCKET_RETURN_IF_ERROR(CheckClassifierHead(o.classifier_labels, a.shape, d,
@@ -366,9 +392,35 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
 
 }  // namespace
 
+Status CheckConvertOptions(const ConvertOptions& options) {
+  POCKET_RETURN_IF_ERROR(ParseEncoding(options.weights, "--weights").status());
+  if (!options.embedding.empty()) {
+    POCKET_RETURN_IF_ERROR(ParseEncoding(options.embedding, "--embedding").status());
+  }
+  if (!options.output.empty()) {
+    POCKET_RETURN_IF_ERROR(ParseEncoding(options.output, "--output-weights").status());
+  }
+  if (options.group != 32 && options.group != 64 && options.group != 128) {
+    return InvalidArgumentError("--group must be 32, 64 or 128, got ", options.group);
+  }
+  if (options.n_threads < 0) {
+    return InvalidArgumentError("--threads must be 0 (one per hardware thread) or more, got ",
+                                options.n_threads);
+  }
+  if (options.classifier_head_path.empty() && !options.classifier_labels.empty()) {
+    return InvalidArgumentError("--classifier-labels needs --classifier-head (the matrix ",
+                                "[n_labels, hidden] whose rows score the labels)");
+  }
+  if (!options.classifier_head_path.empty() && options.classifier_labels.empty()) {
+    return InvalidArgumentError("--classifier-head needs --classifier-labels (one name per row)");
+  }
+  return Status::Ok();
+}
+
 StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string& output,
                                      const ConvertOptions& options) {
   Stopwatch watch;
+  POCKET_RETURN_IF_ERROR(CheckConvertOptions(options));
   POCKET_ASSIGN_OR_RETURN(Encoding body, ParseEncoding(options.weights, "--weights"));
   POCKET_ASSIGN_OR_RETURN(
       Encoding emb, ParseEncoding(options.embedding.empty() ? options.weights : options.embedding,
@@ -376,9 +428,6 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   POCKET_ASSIGN_OR_RETURN(
       Encoding out_enc,
       ParseEncoding(options.output.empty() ? options.weights : options.output, "--output-weights"));
-  if (options.group != 32 && options.group != 64 && options.group != 128) {
-    return InvalidArgumentError("--group must be 32, 64 or 128, got ", options.group);
-  }
   LoadOptions lo;
   lo.tokenizer_path = options.tokenizer_path;
   lo.repack = false;
@@ -422,7 +471,9 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     POCKET_RETURN_IF_ERROR(
         conv.AddMatrix(writer, "output.weight", {{&w.output}}, out_enc, "output"));
   }
-  const bool packed = IsPacked(body);
+  // Fused matrices (Q/K/V, gate/up) must be packed (model/weights.cc): only when the kernels'
+  // packed layout holds a row of d_model columns at some group.
+  const bool packed = IsPacked(body) && d % kMinGroup == 0;
   for (int32_t i = 0; i < c.n_layers; ++i) {
     const LayerWeights& l = w.layers[static_cast<size_t>(i)];
     auto name = [i](const char* s) { return StrCat("blk.", i, ".", s); };
@@ -472,7 +523,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   }
   if (options.progress) {
     writer.set_progress([&options](size_t done, size_t total, const std::string& tensor) {
-      options.progress(StrCat("converting: ", done, "/", total, " tensors (", tensor, ")"));
+      options.progress(static_cast<int64_t>(done), static_cast<int64_t>(total), tensor);
     });
   }
   std::vector<std::string> inputs = {input};
@@ -481,6 +532,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   POCKET_RETURN_IF_ERROR(writer.Write(output, inputs));
   ConvertReport report;
   report.groups = conv.TakeReport();
+  report.fallbacks = conv.TakeFallbacks();
   int64_t norm_weights = 0;
   for (const TensorInfo& t : model->source().tensors()) {
     if (t.shape.size() == 1) norm_weights += t.n_elements();

@@ -19,7 +19,9 @@ struct ConvertOptions {
   std::string weights = "int4";
   std::string embedding;
   std::string output;
-  int32_t group = 64;          // columns per scale group for int4 / int8: 32, 64 or 128
+  // Columns per scale group for int4 / int8: 32, 64 or 128. A matrix whose width the group does
+  // not divide is stored at the next exact encoding instead (ConvertFallback).
+  int32_t group = 64;
   std::string tokenizer_path;  // a tokenizer to use instead of the model's own
   // A classification head to store (model/classifier.h): a .npy or safetensors file holding one
   // matrix [n_labels, d_model] (safetensors: the tensor cls_head.weight, score.weight or the
@@ -28,8 +30,8 @@ struct ConvertOptions {
   std::string classifier_head_path;
   std::vector<std::string> classifier_labels;
   int32_t n_threads = 0;  // 0: one per hardware thread
-  // Progress lines (the CLI redraws one line on stderr).
-  std::function<void(const std::string&)> progress;
+  // Called after each tensor is written: `done` of `total` tensors, the last one's name.
+  std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;
   // Polled before each tensor: returning true stops the conversion with a Cancelled status and
   // no output file (the temporary file is removed).
   std::function<bool()> cancelled;
@@ -46,11 +48,28 @@ struct ConvertGroupReport {
   double bits_per_weight() const { return n_weights ? 8.0 * bytes / n_weights : 0.0; }
 };
 
+// A matrix stored otherwise than asked because the requested group does not divide its width:
+// at the largest smaller group that does (32 or 64), else as f16. (int8 per row would be next,
+// but no layout the kernels run has it: packed groups are multiples of 32, and so are Q8_0's
+// blocks.)
+struct ConvertFallback {
+  std::string tensor;     // "blk.0.ffn_down.weight"
+  std::string group;      // its tensor group, as in ConvertGroupReport
+  std::string requested;  // "int4 g64"
+  std::string stored;     // "int4 g32" or "f16"
+  std::string reason;     // "172 columns are not a multiple of 32, the smallest group"
+};
+
 struct ConvertReport {
   std::vector<ConvertGroupReport> groups;
+  std::vector<ConvertFallback> fallbacks;
   uint64_t file_bytes = 0;
   double seconds = 0;
 };
+
+// The checks of the options alone (encodings, group, a classifier head and its labels together),
+// which ConvertModel also makes: a caller can tell a usage error from a failed conversion.
+Status CheckConvertOptions(const ConvertOptions& options);
 
 StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string& output,
                                      const ConvertOptions& options);

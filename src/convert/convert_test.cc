@@ -1,5 +1,6 @@
 // The converter: codes kept exactly from quantized inputs (the QAT Q4_1 g64 case bit for bit),
-// INT4 g64 quality against plain Q4_1, and no partial output when a conversion fails.
+// INT4 g64 quality against plain Q4_1, the fallback for widths the group does not divide, and no
+// partial output when a conversion fails.
 #include "convert/convert.h"
 
 #include <gtest/gtest.h>
@@ -368,6 +369,137 @@ TEST(ConvertTest, AFailedConversionLeavesNoFile) {
   // The input is never the output.
   auto same = ConvertModel(gguf, gguf, ConvertOptions{});
   EXPECT_FALSE(same.ok());
+}
+
+// Every value of the dense f16 matrix `stored` is the source's value rounded to f16: the fallback
+// encoding is exact at f16 precision.
+void ExpectF16Of(const Linear& source, const Linear& stored, const std::string& what) {
+  ASSERT_FALSE(stored.packed) << what;
+  ASSERT_EQ(stored.w.type, DType::kF16) << what;
+  ASSERT_EQ(source.rows(), stored.rows()) << what;
+  ASSERT_EQ(source.cols(), stored.cols()) << what;
+  std::vector<float> a(static_cast<size_t>(source.cols())), b(a.size());
+  std::vector<uint8_t> f16(RowBytes(DType::kF16, source.cols()));
+  for (int64_t r = 0; r < source.rows(); ++r) {
+    Row(source, r, a.data());
+    QuantizeRow(DType::kF16, a.data(), f16.data(), source.cols());
+    DequantizeRow(DType::kF16, f16.data(), a.data(), source.cols());
+    Row(stored, r, b.data());
+    ASSERT_TRUE(a == b) << what << " row " << r;
+  }
+}
+
+const ConvertGroupReport* GroupOf(const ConvertReport& r, const std::string& group) {
+  for (const ConvertGroupReport& g : r.groups) {
+    if (g.group == group) return &g;
+  }
+  return nullptr;
+}
+
+// A width the requested group does not divide but a smaller one does (d_ff 96 at group 64 or 128)
+// is stored at that smaller group, and named in the report; every other matrix keeps the group.
+TEST(ConvertTest, AWidthTheGroupDoesNotDivideFallsBackToASmallerGroup) {
+  ModelConfig c = Tiny();
+  c.d_ff = 96;
+  const std::string gguf = MakeGguf("ff96.gguf", c, DType::kF32);
+  for (int32_t group : {64, 128}) {
+    SCOPED_TRACE(group);
+    const std::string out = WorkDir() + "/ff96.pocket";
+    const ConvertReport report = Convert(gguf, out, "int4", group);
+    ASSERT_EQ(report.fallbacks.size(), static_cast<size_t>(c.n_layers));
+    for (int32_t i = 0; i < c.n_layers; ++i) {
+      const ConvertFallback& f = report.fallbacks[static_cast<size_t>(i)];
+      EXPECT_EQ(f.tensor, "blk." + std::to_string(i) + ".ffn_down.weight");
+      EXPECT_EQ(f.group, "ffn");
+      EXPECT_EQ(f.requested, "int4 g" + std::to_string(group));
+      EXPECT_EQ(f.stored, "int4 g32");
+      EXPECT_NE(f.reason.find("96 columns"), std::string::npos) << f.reason;
+    }
+    auto model = Load(out);
+    ASSERT_TRUE(model);
+    for (const LayerWeights& l : model->weights().layers) {
+      ASSERT_TRUE(l.w_down.packed && l.qkv.packed && l.gate_up.packed);
+      EXPECT_EQ(l.w_down.p.layout.group, 32);
+      EXPECT_EQ(l.qkv.p.layout.group, group);
+      EXPECT_EQ(l.gate_up.p.layout.group, group);
+    }
+    std::vector<float> logits;
+    EXPECT_EQ(Greedy(model, RandomIds(c.vocab_size, 8, 5), 4, &logits).size(), 4u);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// A width no supported group divides (stories260K's d_ff of 172) has no packed layout, and no int8
+// one the kernels run: the matrix is stored as f16 (exactly the source's values at f16 precision),
+// named in the report with the reason, and the package loads and runs.
+TEST(ConvertTest, AWidthNoGroupDividesIsStoredAsF16) {
+  ModelConfig c = Tiny();
+  c.d_ff = 172;
+  const std::string gguf = MakeGguf("ff172.gguf", c, DType::kF32);
+  for (const char* weights : {"int4", "int8"}) {
+    SCOPED_TRACE(weights);
+    const std::string out = WorkDir() + "/ff172.pocket";
+    const ConvertReport report = Convert(gguf, out, weights, 64);
+    ASSERT_EQ(report.fallbacks.size(), static_cast<size_t>(c.n_layers));
+    for (const ConvertFallback& f : report.fallbacks) {
+      EXPECT_NE(f.tensor.find("ffn_down.weight"), std::string::npos) << f.tensor;
+      EXPECT_EQ(f.stored, "f16");
+      EXPECT_NE(f.reason.find("172 columns are not a multiple of 32"), std::string::npos)
+          << f.reason;
+    }
+    const ConvertGroupReport* ffn = GroupOf(report, "ffn");
+    ASSERT_NE(ffn, nullptr);
+    EXPECT_EQ(ffn->encoding, std::string(weights) + "+f16");
+    auto source = Load(gguf, /*repack=*/false);
+    auto model = Load(out);
+    ASSERT_TRUE(source && model);
+    for (int32_t i = 0; i < c.n_layers; ++i) {
+      const LayerWeights& l = model->weights().layers[static_cast<size_t>(i)];
+      EXPECT_TRUE(l.qkv.packed && l.wo.packed && l.w_gate.packed && l.w_up.packed);
+      ExpectF16Of(source->weights().layers[static_cast<size_t>(i)].w_down, l.w_down,
+                  "blk." + std::to_string(i) + ".ffn_down");
+    }
+    std::vector<float> logits;
+    EXPECT_EQ(Greedy(model, RandomIds(c.vocab_size, 8, 5), 4, &logits).size(), 4u);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// A d_model no group divides: every matrix reading d_model columns is f16, so Q/K/V and gate/up
+// are stored unfused (a fused matrix must be packed), and the package still runs, with logits
+// near the source's (only ffn_down, 128 columns wide, is int4).
+TEST(ConvertTest, ADModelNoGroupDividesKeepsMatricesUnfused) {
+  ModelConfig c = Tiny();
+  c.d_model = 48, c.n_heads = 3, c.n_kv_heads = 1, c.head_dim = 16, c.d_ff = 128;
+  const std::string gguf = MakeGguf("d48.gguf", c, DType::kF32);
+  const std::string out = WorkDir() + "/d48.pocket";
+  const ConvertReport report = Convert(gguf, out, "int4", 64);
+  // Per layer q, k, v, o, gate, up; and the embedding and output.
+  EXPECT_EQ(report.fallbacks.size(), static_cast<size_t>(6 * c.n_layers + 2));
+  for (const ConvertFallback& f : report.fallbacks) {
+    EXPECT_EQ(f.stored, "f16") << f.tensor;
+    EXPECT_EQ(f.tensor.find("ffn_down"), std::string::npos) << f.tensor;
+  }
+  auto source = Load(gguf, /*repack=*/false);
+  auto model = Load(out);
+  ASSERT_TRUE(source && model);
+  const ModelWeights& w = model->weights();
+  ExpectF16Of(source->weights().token_embd, w.token_embd, "token_embd");
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const LayerWeights& s = source->weights().layers[static_cast<size_t>(i)];
+    EXPECT_FALSE(l.qkv.present() || l.gate_up.present());
+    ExpectF16Of(s.wq, l.wq, "attn_q");
+    ExpectF16Of(s.wk, l.wk, "attn_k");
+    ExpectF16Of(s.wv, l.wv, "attn_v");
+    ExpectF16Of(s.w_gate, l.w_gate, "ffn_gate");
+    ASSERT_TRUE(l.w_down.packed);
+    EXPECT_EQ(l.w_down.p.layout.group, 64);
+  }
+  const std::vector<int32_t> ids = RandomIds(c.vocab_size, 32, 9);
+  const double kl = MeanKl(AllLogits(Load(gguf), ids), AllLogits(model, ids), c.vocab_size);
+  std::printf("d_model 48 package against its f32 source: mean KL %.3e\n", kl);
+  EXPECT_LT(kl, 1e-2);
 }
 
 // The package's tokenizer tables are used in place from the mapping: the tokenizer encodes as the

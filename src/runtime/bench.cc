@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <thread>
 
 #include "base/mapped_file.h"
 #include "base/memory.h"
@@ -80,21 +81,64 @@ struct Ceilings {
   double int8_macs = 0;
 };
 
+int32_t HardwareThreads() {
+  return std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+}
+
+// A number for the JSON output, or null when it was not measured.
+std::string JsonNumber(bool measured, const char* format, double value) {
+  if (!measured) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
 }  // namespace
+
+int32_t BenchThreads(int32_t requested) {
+  return requested == 0 ? std::min(HardwareThreads(), 256) : requested;  // a session's maximum
+}
 
 StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
   if (config.models.empty()) return InvalidArgumentError("no model to benchmark");
-  if (config.n_prompt < 1 || config.n_gen < 1) {
-    return InvalidArgumentError("prompt and generation lengths must be at least 1");
+  if (config.n_prompt < 0) {
+    return InvalidArgumentError("the prompt length must be 0 (decode alone) or more, got ",
+                                config.n_prompt);
+  }
+  if (config.n_gen < 1) {
+    return InvalidArgumentError("the generation length must be at least 1, got ", config.n_gen);
   }
   if (config.repetitions < 1) return InvalidArgumentError("repetitions must be at least 1");
+  if (config.threads.empty()) return InvalidArgumentError("no thread count to benchmark");
+  std::vector<int32_t> threads;
+  for (int32_t t : config.threads) {
+    if (t < 0 || t > 256) {
+      return InvalidArgumentError("thread count ", t, " (expected 0 for all hardware threads, ",
+                                  "or 1 to 256)");
+    }
+    threads.push_back(BenchThreads(t));
+  }
   const KernelTable& kernels = config.kernels != nullptr ? *config.kernels : SelectKernels();
+  // Steps, for progress: one per ceiling measurement, and per (model, threads) a load and the
+  // warm-up and timed runs.
+  const int64_t n_steps =
+      (config.measure_ceilings ? static_cast<int64_t>(threads.size()) : 0) +
+      static_cast<int64_t>(config.models.size() * threads.size()) * (2 + config.repetitions);
+  int64_t step = 0;
   auto say = [&](const std::string& line) {
-    if (config.progress) config.progress(line);
+    if (config.progress) config.progress(step, n_steps, line);
+    ++step;
   };
+  const bool prefill = config.n_prompt > 0;
+  const std::string work = prefill ? StrCat("pp", config.n_prompt, " + tg", config.n_gen)
+                                   : StrCat("tg", config.n_gen, " (decode alone)");
   std::map<int32_t, Ceilings> ceilings;
   if (config.measure_ceilings) {
-    for (int32_t t : config.threads) {
+    for (int32_t t : threads) {
+      if (ceilings.count(t) != 0) {
+        say(StrCat("ceilings with ", t, " thread(s): measured"));
+        continue;
+      }
       say(StrCat("ceilings: memory bandwidth and int8 peak with ", t, " thread(s) (", kernels.name,
                  ")"));
       ceilings[t].bandwidth_gbps =
@@ -108,11 +152,12 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
   }
   std::vector<BenchResult> results;
   for (const std::string& path : config.models) {
-    for (int32_t n_threads : config.threads) {
+    for (int32_t n_threads : threads) {
       BenchResult r;
       r.model = path;
       r.kernels = std::string(kernels.name);
       r.threads = n_threads;
+      r.hardware_threads = HardwareThreads();
       r.n_prompt = config.n_prompt;
       r.n_gen = config.n_gen;
       r.repetitions = config.repetitions;
@@ -124,6 +169,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       lo.repack = config.repack;
       lo.huge_pages = config.huge_pages;
       r.huge_pages = config.huge_pages;
+      say(StrCat(path, ": loading"));
       Stopwatch load_watch;
       POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(path, lo));
       r.load_ms = static_cast<double>(load_watch.elapsed_us()) / 1000.0;
@@ -132,13 +178,14 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       r.weight_bytes = model->weights().decode_weight_bytes();
       r.repacked_bytes = model->weights().repacked_bytes;
       SessionOptions so;
-      so.n_ctx = config.n_prompt + config.n_gen;
-      so.n_batch = std::min(config.n_batch, config.n_prompt);
+      so.n_ctx = std::max(config.n_prompt, 1) + config.n_gen;
+      so.n_batch = std::max(1, std::min(config.n_batch, config.n_prompt));
       so.n_threads = n_threads;
       so.kv_type = config.kv_type;
       POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
       Rng rng(1234);
-      std::vector<int32_t> prompt(static_cast<size_t>(config.n_prompt));
+      // Without a prompt, decoding starts from one token (the first decode step).
+      std::vector<int32_t> prompt(static_cast<size_t>(std::max(config.n_prompt, 1)));
       for (int32_t& id : prompt)
         id = static_cast<int32_t>(rng.NextBelow(static_cast<uint64_t>(c.vocab_size)));
       std::unique_ptr<Constraint> constraint;
@@ -152,24 +199,28 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       std::vector<uint64_t> mask;
       for (int32_t run = 0; run <= config.repetitions; ++run) {
         say(StrCat(path, ": ", n_threads, " thread(s), ",
-                   run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": pp",
-                   config.n_prompt, " + tg", config.n_gen));
+                   run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": ",
+                   work));
         session->Reset();
         const double cpu0 = ProcessCpuSeconds();
         Stopwatch w;
-        POCKET_RETURN_IF_ERROR(session->Append(prompt));
+        if (prefill) POCKET_RETURN_IF_ERROR(session->Append(prompt));
         const double pp_s = w.elapsed_s();
         w.Reset();
         for (int32_t i = 0; i < config.n_gen; ++i) {
-          std::span<const float> logits = session->last_logits();
-          const int32_t next =
-              static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          int32_t next = prompt[0];
+          if (prefill || i > 0) {
+            std::span<const float> logits = session->last_logits();
+            next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                        logits.begin());
+          }
           POCKET_RETURN_IF_ERROR(session->Append(std::span<const int32_t>(&next, 1)));
         }
         const double tg_s = w.elapsed_s();
         const double run_cpu = ProcessCpuSeconds() - cpu0;
         if (constraint != nullptr) {
-          // The same decode from the same prompt, each token chosen among the allowed ones.
+          // The same decode from the same prompt (without one, from the start token), each token
+          // chosen among the allowed ones.
           POCKET_RETURN_IF_ERROR(session->SetContext(prompt));
           constraint->Reset();
           int64_t constraint_us = 0;
@@ -216,7 +267,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
           }
         }
         if (run == 0) continue;
-        pp.push_back(config.n_prompt / pp_s);
+        if (prefill) pp.push_back(config.n_prompt / pp_s);
         tg.push_back(config.n_gen / tg_s);
         cpu.push_back(run_cpu);
       }
@@ -255,7 +306,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       const double matrix_macs = static_cast<double>(c.n_layers) * static_cast<double>(c.d_model) *
                                  static_cast<double>(c.q_dim() * 2 + 2 * c.kv_dim() + 3 * c.d_ff);
       const double attention_macs = 2.0 * c.n_layers * c.q_dim() * (config.n_prompt / 2.0);
-      r.prefill_macs_per_token = matrix_macs + attention_macs;
+      r.prefill_macs_per_token = prefill ? matrix_macs + attention_macs : 0.0;
       if (auto it = ceilings.find(n_threads); it != ceilings.end()) {
         r.memory_bandwidth_gbps = it->second.bandwidth_gbps;
         r.decode_roofline_tokens_per_s = r.memory_bandwidth_gbps * 1e9 / r.decode_bytes_per_token;
@@ -267,12 +318,15 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
                                                   (r.memory_bandwidth_prefetched_gbps * 1e9);
         }
         r.int8_peak_gmacs = it->second.int8_macs / 1e9;
-        r.prefill_compute_fraction =
-            r.prefill_tokens_per_s.median * r.prefill_macs_per_token / it->second.int8_macs;
+        if (prefill) {
+          r.prefill_compute_fraction =
+              r.prefill_tokens_per_s.median * r.prefill_macs_per_token / it->second.int8_macs;
+        }
       }
       results.push_back(r);
     }
   }
+  if (config.progress) config.progress(n_steps, n_steps, "done");
   return results;
 }
 
@@ -287,18 +341,23 @@ std::string BenchMarkdownRow(const BenchResult& r) {
   char buf[1024];
   const size_t slash = r.model.find_last_of('/');
   const std::string name = slash == std::string::npos ? r.model : r.model.substr(slash + 1);
+  char pp[96] = "-", prefill_fraction[32] = "-";  // not measured with n_prompt 0
+  if (r.n_prompt > 0) {
+    std::snprintf(pp, sizeof pp, "%.1f (%.1f-%.1f)", r.prefill_tokens_per_s.median,
+                  r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max);
+    std::snprintf(prefill_fraction, sizeof prefill_fraction, "%.0f%%",
+                  100.0 * r.prefill_compute_fraction);
+  }
   std::snprintf(
       buf, sizeof(buf),
-      "| %s | %s | %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
-      "| %.1f | %.0f%% | %.1f (%.0f%%) | %.0f | %.0f%% | %s |\n",
-      name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads,
-      r.prefill_tokens_per_s.median, r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max,
+      "| %s | %s | %s | %d | %s | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
+      "| %.1f | %.0f%% | %.1f (%.0f%%) | %.0f | %s | %s |\n",
+      name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads, pp,
       r.decode_tokens_per_s.median, r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.load_ms,
       HumanBytes(static_cast<uint64_t>(std::max<int64_t>(0, r.peak_rss_increase_bytes))).c_str(),
       r.cpu_seconds, r.memory_bandwidth_gbps, r.decode_roofline_tokens_per_s,
       100.0 * r.decode_roofline_fraction, r.memory_bandwidth_prefetched_gbps,
-      100.0 * r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs,
-      100.0 * r.prefill_compute_fraction,
+      100.0 * r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs, prefill_fraction,
       r.huge_page_weight_fraction < 0
           ? "-"
           : StrCat(static_cast<int>(std::lround(100.0 * r.huge_page_weight_fraction)), "%")
@@ -331,34 +390,41 @@ std::string BenchJson(const BenchResult& r) {
     if (ch == '"' || ch == '\\') model += '\\';
     model += ch;
   }
-  char buf[2048];
+  const bool prefill = r.n_prompt > 0;
+  const std::string measured = StrCat("[", prefill ? "\"prefill\", " : "", "\"decode\"",
+                                      r.constrained ? ", \"constrained_decode\"" : "", "]");
+  char buf[2560];
   std::snprintf(
       buf, sizeof(buf),
-      "{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, "
+      "{\"model\": \"%s\", \"measured\": %s, \"kernels\": \"%s\", \"threads\": %d, "
+      "\"hardware_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, "
       "\"repetitions\": %d, \"kv_type\": \"%s\", \"file_bytes\": %llu, \"weight_bytes\": %llu, "
       "\"repacked_bytes\": %llu, \"huge_pages\": %s, \"huge_page_weight_fraction\": %.3f, "
       "\"load_ms\": %.3f, "
-      "\"prefill_tokens_per_s\": %.3f, \"prefill_tokens_per_s_min\": %.3f, "
-      "\"prefill_tokens_per_s_max\": %.3f, \"decode_tokens_per_s\": %.3f, "
+      "\"prefill_tokens_per_s\": %s, \"prefill_tokens_per_s_min\": %s, "
+      "\"prefill_tokens_per_s_max\": %s, \"decode_tokens_per_s\": %.3f, "
       "\"decode_tokens_per_s_min\": %.3f, \"decode_tokens_per_s_max\": %.3f, "
       "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, \"session_bytes\": %llu, "
       "\"memory_bandwidth_gbps\": %.3f, \"decode_bytes_per_token\": %.0f, "
       "\"decode_roofline_tokens_per_s\": %.3f, \"decode_roofline_fraction\": %.4f, "
       "\"memory_bandwidth_prefetched_gbps\": %.3f, \"decode_prefetched_roofline_fraction\": %.4f, "
-      "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %.0f, "
-      "\"prefill_compute_fraction\": %.4f}",
-      model.c_str(), r.kernels.c_str(), r.threads, r.n_prompt, r.n_gen, r.repetitions,
-      r.kv_type.c_str(), static_cast<unsigned long long>(r.file_bytes),
+      "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %s, "
+      "\"prefill_compute_fraction\": %s}",
+      model.c_str(), measured.c_str(), r.kernels.c_str(), r.threads, r.hardware_threads, r.n_prompt,
+      r.n_gen, r.repetitions, r.kv_type.c_str(), static_cast<unsigned long long>(r.file_bytes),
       static_cast<unsigned long long>(r.weight_bytes),
       static_cast<unsigned long long>(r.repacked_bytes), r.huge_pages ? "true" : "false",
-      r.huge_page_weight_fraction, r.load_ms, r.prefill_tokens_per_s.median,
-      r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max, r.decode_tokens_per_s.median,
+      r.huge_page_weight_fraction, r.load_ms,
+      JsonNumber(prefill, "%.3f", r.prefill_tokens_per_s.median).c_str(),
+      JsonNumber(prefill, "%.3f", r.prefill_tokens_per_s.min).c_str(),
+      JsonNumber(prefill, "%.3f", r.prefill_tokens_per_s.max).c_str(), r.decode_tokens_per_s.median,
       r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.cpu_seconds,
       static_cast<long long>(r.peak_rss_increase_bytes),
       static_cast<unsigned long long>(r.session_bytes), r.memory_bandwidth_gbps,
       r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
       r.memory_bandwidth_prefetched_gbps, r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs,
-      r.prefill_macs_per_token, r.prefill_compute_fraction);
+      JsonNumber(prefill, "%.0f", r.prefill_macs_per_token).c_str(),
+      JsonNumber(prefill, "%.4f", r.prefill_compute_fraction).c_str());
   std::string out = buf;
   if (r.constrained) {
     out.pop_back();  // the closing brace

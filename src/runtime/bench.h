@@ -16,9 +16,9 @@ namespace pocket {
 
 struct BenchConfig {
   std::vector<std::string> models;
-  int32_t n_prompt = 512;
+  int32_t n_prompt = 512;  // 0: decode alone (from one start token, no prefill measured)
   int32_t n_gen = 128;
-  std::vector<int32_t> threads = {1, 2};
+  std::vector<int32_t> threads = {1, 2};  // 0: one per hardware thread
   int32_t repetitions = 5;
   int32_t n_batch = 512;  // prefill chunk
   KvType kv_type = KvType::kF16;
@@ -26,8 +26,10 @@ struct BenchConfig {
   bool repack = true;
   bool huge_pages = true;  // LoadOptions::huge_pages (the stream ceiling always uses them)
   bool measure_ceilings = true;
-  size_t bandwidth_buffer_bytes = size_t{1} << 30;   // larger than any cache
-  std::function<void(const std::string&)> progress;  // one line per step (stderr in the CLI)
+  size_t bandwidth_buffer_bytes = size_t{1} << 30;  // larger than any cache
+  // Called at the start of each step (a ceiling measurement, a model load, a timed or warm-up run)
+  // with the steps done so far and their total, and once more at the end (done == total).
+  std::function<void(int64_t done, int64_t total, const std::string& step)> progress;
   // When set (a JSON schema, grammar, regex or choices), each run also decodes n_gen tokens under
   // this constraint from the same prompt (greedy over the allowed tokens; a complete output
   // starts the constraint over, as in a JSONL stream), reported next to the free decode.
@@ -41,8 +43,9 @@ struct Stat {
 struct BenchResult {
   std::string model;
   std::string kernels;
-  int32_t threads = 0;
-  int32_t n_prompt = 0, n_gen = 0, repetitions = 0;
+  int32_t threads = 0;           // as run (a requested 0 resolved to hardware_threads)
+  int32_t hardware_threads = 0;  // this machine's hardware threads
+  int32_t n_prompt = 0, n_gen = 0, repetitions = 0;  // n_prompt 0: no prefill measured
   std::string kv_type;
   uint64_t file_bytes = 0;
   uint64_t weight_bytes = 0;  // matrices as the kernels read them
@@ -85,6 +88,10 @@ std::string BenchMarkdownRow(const BenchResult& r);
 // The constrained decode table (when BenchConfig::constraint was set).
 std::string ConstrainedMarkdownHeader();
 std::string ConstrainedMarkdownRow(const BenchResult& r);
+// One JSON object. "measured" lists what was timed ("prefill", "decode", "constrained_decode");
+// the prefill fields are null when n_prompt is 0.
 std::string BenchJson(const BenchResult& r);
+// The thread count a requested count runs with: 0 -> the hardware threads (1 to 256).
+int32_t BenchThreads(int32_t requested);
 
 }  // namespace pocket

@@ -137,9 +137,9 @@ class ClassifierHead(unittest.TestCase):
                "--classifier-labels", ",".join(LABELS))
         self.assertEqual(score_json(out, *ORACLE), score_json(self.package("qwen3"), *ORACLE))
 
-    def expect_error(self, args, *words):
+    def expect_error(self, args, *words, code=1):
         p = pocket(*args, check=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, code, p.stderr)
         self.assertIn("pocket: error:", p.stderr)
         for w in words:
             self.assertIn(w, p.stderr)
@@ -150,7 +150,7 @@ class ClassifierHead(unittest.TestCase):
         self.expect_error(["score", "-m", gguf, "--ids", IDS, "--head"],
                           "no classification head", "--classifier-head")
         self.expect_error(["score", "-m", self.package("qwen3"), "--ids", IDS, "--head",
-                           "--candidates", "a,b"], "--head")
+                           "--candidates", "a,b"], "--head", code=2)  # a usage error
         out = work_path("cls-refused.pocket")
         if os.path.exists(out):
             os.remove(out)
@@ -163,7 +163,7 @@ class ClassifierHead(unittest.TestCase):
                            "--classifier-labels", "a,b,c"],
                           "4 rows", "--classifier-labels names 3 labels")
         self.expect_error(["convert", gguf, "-o", out, "--classifier-head", head],
-                          "--classifier-labels")
+                          "--classifier-labels", code=2)  # a usage error
         self.expect_error(["convert", gguf, "-o", out, "--classifier-head", head,
                            "--classifier-labels", "a,b,a,c"], "appears twice")
         self.assertFalse(os.path.exists(out), "a refused conversion left an output file")

@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the problem, never a crash: every case must exit with
-status 1 (not a signal) and print `pocket: error: ...` containing the expected words."""
+status 1 (2 for usage errors; never a signal) and print `pocket: error: ...` containing the
+expected words."""
 import json
 import os
 import shutil
@@ -18,10 +19,10 @@ def run_bytes(args):
 
 
 class CliErrors(unittest.TestCase):
-    def expect_error(self, args, *words, stdin=None):
+    def expect_error(self, args, *words, stdin=None, code=1):
         p = subprocess.run([POCKET] + [str(a) for a in args], capture_output=True, text=True,
                            input=stdin, timeout=300)
-        self.assertEqual(p.returncode, 1, f"exit {p.returncode}; stderr: {p.stderr[-2000:]}")
+        self.assertEqual(p.returncode, code, f"exit {p.returncode}; stderr: {p.stderr[-2000:]}")
         self.assertIn("pocket: error:", p.stderr)
         for w in words:
             self.assertIn(w, p.stderr)
@@ -114,7 +115,7 @@ class CliErrors(unittest.TestCase):
         self.expect_error(["logits", "-m", self.model, "--ids", "1,2,99999", "-o",
                            work_path("x.npy")], "99999", "outside the vocabulary")
         self.expect_error(["logits", "-m", self.model, "--ids", "1,-2", "-o", work_path("x.npy")],
-                          "not a token id")
+                          "not a token id", code=2)
 
     def test_prompt_longer_than_context(self):
         self.expect_error(["run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-c", "8", "-p",
@@ -133,9 +134,9 @@ class CliErrors(unittest.TestCase):
 
     def test_bad_flags(self):
         self.expect_error(["run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "x", "--top-p",
-                           "0"], "top-p")
+                           "0"], "top-p", code=2)
         self.expect_error(["make-model", "--preset", "huge", "-o", work_path("x.gguf")],
-                          "unknown preset")
+                          "unknown preset", code=2)
 
     def test_never_overwrites_input(self):
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")

@@ -1,0 +1,149 @@
+// pocket chat: an interactive multi-turn conversation that keeps the KV cache between turns.
+// Ctrl-C stops the reply being generated and the conversation goes on; Ctrl-C at the prompt
+// exits. When the history outgrows the context, the oldest turns (never the system message) are
+// dropped with a one-line notice.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "generation.h"
+#include "interrupt.h"
+
+namespace pocket::cli {
+namespace {
+
+// Tokens of the formatted conversation (as Generate will encode it).
+StatusOr<size_t> CountTokens(const Tokenizer& tok, const std::string& text) {
+  EncodeOptions eo;
+  eo.add_bos = tok.spec().add_bos;
+  POCKET_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(text, eo));
+  return ids.size();
+}
+
+// Drops the oldest turns after the first `n_fixed` messages (the system message) until the
+// formatted conversation leaves `reserve` tokens of the context for the reply, keeping at least
+// the last (user) message. Returns the formatted text; *n_dropped counts the messages dropped.
+StatusOr<std::string> FitContext(const ChatTemplate& tmpl, const ChatOptions& co,
+                                 const Tokenizer& tok, size_t n_fixed, size_t n_ctx, size_t reserve,
+                                 std::vector<ChatMessage>* messages, size_t* n_dropped) {
+  *n_dropped = 0;
+  while (true) {
+    POCKET_ASSIGN_OR_RETURN(std::string text, tmpl.Apply(*messages, co));
+    POCKET_ASSIGN_OR_RETURN(size_t n_tokens, CountTokens(tok, text));
+    if (n_tokens + reserve <= n_ctx) return text;
+    if (messages->size() <= n_fixed + 1) {
+      // Only the new message is left: it may still fit, with less room for the reply.
+      if (n_tokens < n_ctx) return text;
+      return OutOfRangeError("the message is ", n_tokens,
+                             " tokens with the chat template, the "
+                             "context holds ",
+                             n_ctx, " (give a larger -c)");
+    }
+    // One turn: a user message and the assistant's reply after it.
+    size_t n = 1;
+    if (messages->size() > n_fixed + 2 && (*messages)[n_fixed + 1].role == "assistant") n = 2;
+    messages->erase(messages->begin() + static_cast<ptrdiff_t>(n_fixed),
+                    messages->begin() + static_cast<ptrdiff_t>(n_fixed + n));
+    *n_dropped += n;
+  }
+}
+
+}  // namespace
+
+Command AddChatCommand(CLI::App& root) {
+  auto* app = root.add_subcommand(
+      "chat",
+      "interactive multi-turn chat (/reset clears the conversation, /exit or EOF ends; Ctrl-C "
+      "stops a reply, Ctrl-C at the prompt exits)");
+  auto flags = std::make_shared<GenerationFlags>();
+  flags->Register(app);
+  SetExamples(app, {"pocket chat -m model.pocket",
+                    "pocket chat -m model.gguf --system \"Answer briefly.\" --no-think",
+                    "pocket chat -m model.pocket -c 8192 -n -1 --temp 0.7"});
+  return {app, [=]() -> int {
+            auto options = flags->Options();
+            if (!options.ok()) return ReportUsageError(options.status().message());
+            // Ctrl-C: stop the reply being generated; at the prompt, exit.
+            auto generating = std::make_shared<std::atomic<Session*>>(nullptr);
+            InterruptWatcher watcher([generating] {
+              if (Session* s = generating->load()) {
+                s->Cancel();
+                return;
+              }
+              std::fflush(stdout);
+              std::fputc('\n', stderr);
+              std::_Exit(kInterruptedExitCode);
+            });
+            auto model = LoadModel(flags->model, flags->engine);
+            if (!model.ok()) return ReportError(model.status());
+            auto tmpl = ModelTemplate(**model);
+            if (!tmpl.ok()) return ReportError(tmpl.status());
+            auto so = flags->engine.Session();
+            if (!so.ok()) return ReportError(so.status());
+            auto session = Session::Create(*model, *so);
+            if (!session.ok()) return ReportError(session.status());
+            Session& s = **session;
+            const Tokenizer& tok = *(*model)->tokenizer();
+            std::vector<ChatMessage> messages;
+            if (!flags->system.empty()) messages.push_back({"system", flags->system});
+            const size_t n_fixed = messages.size();
+            ChatOptions co;
+            co.enable_thinking = !flags->no_think;
+            const size_t n_ctx = static_cast<size_t>(s.n_ctx());
+            // Room kept for the reply when old turns are dropped.
+            const size_t reserve = flags->n_predict < 0
+                                       ? n_ctx / 4
+                                       : std::min(static_cast<size_t>(flags->n_predict), n_ctx / 2);
+            std::string line;
+            while (true) {
+              std::fprintf(stderr, "> ");
+              if (!std::getline(std::cin, line) || line == "/exit") break;
+              if (line == "/reset") {
+                messages.resize(n_fixed);
+                s.Reset();
+                std::fprintf(stderr, "pocket: conversation cleared%s\n",
+                             n_fixed > 0 ? " (the system message stays)" : "");
+                continue;
+              }
+              if (line.empty()) continue;
+              messages.push_back({"user", line});
+              size_t n_dropped = 0;
+              auto formatted =
+                  FitContext(*tmpl, co, tok, n_fixed, n_ctx, reserve, &messages, &n_dropped);
+              if (!formatted.ok()) {
+                // This message cannot be answered; the conversation goes on without it.
+                messages.pop_back();
+                ReportError(formatted.status());
+                continue;
+              }
+              if (n_dropped > 0) {
+                std::fprintf(stderr,
+                             "pocket: dropped the %zu oldest message%s to fit the context of %zu "
+                             "tokens\n",
+                             n_dropped, n_dropped == 1 ? "" : "s", n_ctx);
+              }
+              generating->store(&s);
+              auto result = s.Generate(std::string_view(*formatted), *options, PrintPiece);
+              generating->store(nullptr);
+              if (!result.ok()) {
+                messages.pop_back();
+                ReportError(result.status());
+                continue;
+              }
+              std::fputc('\n', stdout);
+              std::fflush(stdout);
+              if (result->stop_reason == StopReason::kCancelled) {
+                std::fprintf(stderr, "pocket: reply stopped (Ctrl-C at the prompt exits)\n");
+              }
+              if (flags->engine.verbose) PrintStats(*result);
+              messages.push_back({"assistant", result->text});
+            }
+            return 0;
+          }};
+}
+
+}  // namespace pocket::cli

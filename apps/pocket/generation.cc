@@ -1,0 +1,108 @@
+#include "generation.h"
+
+#include <cstdio>
+#include <limits>
+#include <random>
+
+namespace pocket::cli {
+
+void GenerationFlags::Register(CLI::App* app) {
+  app->add_option("-m,--model", model,
+                  "the model: .pocket package, GGUF file, Hugging Face directory or llama2.c .bin")
+      ->required();
+  engine.Register(app);
+  app->add_option("-n,--n-predict", n_predict,
+                  "tokens to generate at most; -1: until end of text or a full context")
+      ->capture_default_str();
+  app->add_option("--temp", temp, "temperature; 0 is greedy")->capture_default_str();
+  app->add_option("--top-k", top_k, "keep the k most likely tokens; 0 is off")
+      ->capture_default_str();
+  app->add_option("--top-p", top_p,
+                  "keep the most likely tokens up to this total probability; 1 is off")
+      ->capture_default_str();
+  app->add_option("--min-p", min_p,
+                  "drop tokens below this fraction of the top probability; 0 is off")
+      ->capture_default_str();
+  app->add_option("--repeat-penalty", repeat_penalty, "repetition penalty; 1 is off")
+      ->capture_default_str();
+  app->add_option("--presence-penalty", presence_penalty,
+                  "subtracted from the logit of every token already generated; 0 is off")
+      ->capture_default_str();
+  app->add_option("--frequency-penalty", frequency_penalty,
+                  "subtracted per occurrence of a token already generated; 0 is off")
+      ->capture_default_str();
+  app->add_option("-s,--seed", seed,
+                  "random seed; -1 draws one (the seed used is printed in the stats and --json)")
+      ->capture_default_str();
+  app->add_option("--stop", stop, "stop when this string appears (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--system", system, "system message (run: with --chat)");
+  app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
+}
+
+StatusOr<GenerateOptions> GenerationFlags::Options() const {
+  if (n_predict < -1) {
+    return InvalidArgumentError("-n ", n_predict,
+                                ": give a number of tokens, or -1 for until end of text");
+  }
+  if (seed < -1) return InvalidArgumentError("--seed ", seed, ": give a seed >= 0, or -1");
+  GenerateOptions o;
+  // -1: as many as the context holds (Generate stops with "context_full").
+  o.max_tokens = n_predict < 0 ? std::numeric_limits<int32_t>::max() : n_predict;
+  o.sampling.temperature = temp;
+  o.sampling.top_k = top_k;
+  o.sampling.top_p = top_p;
+  o.sampling.min_p = min_p;
+  o.sampling.repetition_penalty = repeat_penalty;
+  o.sampling.presence_penalty = presence_penalty;
+  o.sampling.frequency_penalty = frequency_penalty;
+  if (seed >= 0) {
+    o.sampling.seed = static_cast<uint64_t>(seed);
+  } else {
+    // Drawn from the system, kept below 2^63 so that --seed can take it back.
+    std::random_device device;
+    const uint64_t drawn = (static_cast<uint64_t>(device()) << 32) | device();
+    o.sampling.seed = drawn >> 1;
+  }
+  o.stop_strings = stop;
+  POCKET_RETURN_IF_ERROR(o.sampling.Validate());
+  return o;
+}
+
+void PrintStats(const GenerateResult& r) {
+  const double prefill_s = static_cast<double>(r.prefill_us) * 1e-6;
+  const double decode_s = static_cast<double>(r.decode_us) * 1e-6;
+  std::fprintf(stderr,
+               "\npocket: prompt %d tokens (%d reused) in %.2f s (%.1f tokens/s); generated %zu "
+               "tokens in %.2f s (%.1f tokens/s); stop: %s; seed: %llu\n",
+               r.n_prompt_tokens, r.n_reused_tokens, prefill_s,
+               prefill_s > 0 ? r.n_prompt_tokens / prefill_s : 0.0, r.tokens.size(), decode_s,
+               decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0,
+               std::string(StopReasonName(r.stop_reason)).c_str(),
+               static_cast<unsigned long long>(r.seed));
+  if (r.n_masks > 0) {
+    std::fprintf(stderr,
+                 "pocket: constraint: %d masks, %.1f us per token (%.1f ms in all), %d tokens "
+                 "forced (no sampling)\n",
+                 r.n_masks, static_cast<double>(r.constraint_us) / r.n_masks,
+                 static_cast<double>(r.constraint_us) / 1000.0, r.n_forced_tokens);
+  }
+}
+
+bool PrintPiece(std::string_view piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
+StatusOr<ChatTemplate> ModelTemplate(const Model& model) {
+  const Tokenizer* tok = model.tokenizer();
+  if (tok == nullptr) return FailedPreconditionError("the model has no tokenizer");
+  if (tok->spec().chat_template.empty()) {
+    return FailedPreconditionError(
+        "the model has no chat template; use `pocket run` without --chat for plain completion");
+  }
+  return ChatTemplate::Detect(tok->spec().chat_template);
+}
+
+}  // namespace pocket::cli

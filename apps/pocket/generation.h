@@ -1,0 +1,47 @@
+// Pieces shared by `pocket run` and `pocket chat`: the sampling options, the stats line, the
+// model's chat template.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common.h"
+#include "runtime/session.h"
+#include "tokenizer/chat_template.h"
+
+namespace pocket::cli {
+
+struct GenerationFlags {
+  std::string model;
+  EngineFlags engine;
+  int32_t n_predict = 256;
+  float temp = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  std::string system;
+  bool no_think = false;
+
+  void Register(CLI::App* app);
+  // The options of one generation; -n -1 becomes "until end of text or a full context", and a
+  // seed of -1 becomes one drawn from the system (reported in the stats, so a run can be
+  // repeated with --seed). A usage error (exit 2) is an InvalidArgument status.
+  StatusOr<GenerateOptions> Options() const;
+};
+
+// "pocket: prompt ... generated ...; stop: ...; seed: ..." on stderr.
+void PrintStats(const GenerateResult& r);
+// Writes a piece of generated text to stdout at once.
+bool PrintPiece(std::string_view piece);
+// The model's chat template, or an error saying why there is none.
+StatusOr<ChatTemplate> ModelTemplate(const Model& model);
+
+}  // namespace pocket::cli
