@@ -17,7 +17,7 @@
  * Special tokens. Text from the caller (prompts, message contents, candidates) is tokenized with
  * special-token strings such as "<|im_end|>" read as plain text unless parse_special is true, so
  * user input cannot inject control tokens. A chat template's own control tokens are always
- * special. (pocket_tokenize and pocket_classify take or document their own rule.) */
+ * special. (pocket_tokenize takes parse_special as an argument, without a default.) */
 #ifndef POCKET_POCKET_H_
 #define POCKET_POCKET_H_
 
@@ -157,13 +157,18 @@ typedef struct pocket_generate_params {
   size_t n_stop_strings;
   /* When n_choices > 0 the output is exactly one of these strings (UTF-8, NUL-terminated): only
    * tokens that continue a choice are sampled, the model stops only on a whole choice, and a
-   * max_tokens that would cut the output makes the call fail with POCKET_ERR_RESOURCE_EXHAUSTED. */
+   * max_tokens that would cut the output makes the call fail with POCKET_ERR_RESOURCE_EXHAUSTED.
+   * n_choices = 0 means no choices. n_choices > 0 with choices NULL, or a choice that is NULL,
+   * empty or only whitespace, is POCKET_ERR_INVALID_ARGUMENT naming it ("choices[1] is empty"). */
   const char* const* choices;
   size_t n_choices;
   /* Other constraints, with the same guarantees (NULL = none; at most one of choices, regex,
    * json_schema and grammar): a regular expression the whole output matches; a JSON Schema (its
    * JSON text; draft 2020-12 subset, unsupported keywords are an error naming them) the output is
-   * valid JSON against; a GBNF grammar (llama.cpp syntax) the output is a sentence of. */
+   * valid JSON against; a GBNF grammar (llama.cpp syntax) the output is a sentence of.
+   * Only NULL means none: a non-NULL one that is empty ("") or only ASCII whitespace is never
+   * read as "unconstrained" but is POCKET_ERR_INVALID_ARGUMENT naming the field ("regex is
+   * empty: ..."), so an empty file or unset variable cannot silently drop the guarantee. */
   const char* regex;
   const char* json_schema;
   const char* grammar;
@@ -268,12 +273,30 @@ typedef struct pocket_label_score {
   double probability; /* exp(logprob); the labels' probabilities sum to 1 */
 } pocket_label_score;
 
-/* Scores the labels of the model's classification head for `prompt` (tokenized with special
- * tokens recognised) from one forward pass of the prompt alone. Writes up to `capacity` entries
- * to `scores`, best first; *n_scores receives the number of labels (if it exceeds capacity the
- * call returns POCKET_ERR_BUFFER_TOO_SMALL and writes nothing). A model without a head:
- * POCKET_ERR_FAILED_PRECONDITION. The session's context becomes the prompt. */
+typedef struct pocket_classify_params {
+  /* A conversation instead of a prompt (pass prompt = NULL), formatted as for pocket_generate
+   * (the tokens pocket_tokenize_chat gives: generation prompt appended), so the head reads the
+   * hidden state where the assistant's turn begins. */
+  const pocket_chat_message* messages;
+  size_t n_messages;
+  bool enable_thinking; /* default true */
+  /* Recognise special-token strings in the prompt or message contents (default false: plain
+   * text, so user text cannot inject control tokens; the chat template's own are special either
+   * way). */
+  bool parse_special;
+} pocket_classify_params;
+
+POCKET_API pocket_classify_params pocket_classify_default_params(void);
+/* Scores the labels of the model's classification head for `prompt` (UTF-8), or for
+ * params->messages when prompt is NULL: exactly one of the two. The input is tokenized as
+ * pocket_generate and pocket_score tokenize it (BOS by the tokenizer's rule; special-token strings
+ * plain text unless params->parse_special; NULL params = pocket_classify_default_params()), and
+ * the labels come from one forward pass of it alone. Writes up to `capacity` entries to `scores`,
+ * best first; *n_scores receives the number of labels (if it exceeds capacity the call returns
+ * POCKET_ERR_BUFFER_TOO_SMALL and writes nothing). A model without a head:
+ * POCKET_ERR_FAILED_PRECONDITION. The session's context becomes the input. */
 POCKET_API pocket_status pocket_classify(pocket_session* session, const char* prompt,
+                                         const pocket_classify_params* params,
                                          pocket_label_score* scores, size_t capacity,
                                          size_t* n_scores, pocket_error* err);
 

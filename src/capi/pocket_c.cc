@@ -4,6 +4,8 @@
 #include <memory>
 #include <new>
 #include <random>
+#include <string>
+#include <string_view>
 
 #include "capi/chat_prompt.h"
 #include "pocket/pocket.h"
@@ -103,6 +105,51 @@ pocket::StatusOr<pocket::capi::PromptTokens> EncodeInput(const pocket::Model& mo
   pocket::ChatOptions options;
   options.enable_thinking = enable_thinking;
   return pocket::capi::EncodeChat(*tok, tmpl, chat, options, parse_special);
+}
+
+// Only ASCII whitespace (or nothing), as MakeConstraint's rule for a blank constraint.
+bool Blank(std::string_view text) {
+  return text.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
+}
+
+// A constraint string the caller gave (non-NULL) must say something: an empty or blank one is an
+// error naming `field`, never read as "no constraint" (NULL is the way to give none).
+pocket::Status CheckConstraintText(const char* text, const std::string& field) {
+  if (text == nullptr) return pocket::Status::Ok();
+  if (text[0] == '\0') {
+    return pocket::InvalidArgumentError(
+        field, " is empty: an empty constraint would constrain nothing; pass NULL for none");
+  }
+  if (Blank(text)) {
+    return pocket::InvalidArgumentError(
+        field, " is blank (only whitespace): refused as a likely mistake; pass NULL for none");
+  }
+  return pocket::Status::Ok();
+}
+
+// The constraint fields of `p`: choices present when counted and each one real text; regex,
+// json_schema and grammar NULL or not blank.
+pocket::Status CheckConstraintFields(const pocket_generate_params& p) {
+  if (p.n_choices > 0 && p.choices == nullptr) {
+    return pocket::InvalidArgumentError("choices is NULL but n_choices is ", p.n_choices,
+                                        ": pass the strings, or n_choices = 0 for none");
+  }
+  for (size_t i = 0; i < p.n_choices; ++i) {
+    const std::string field = "choices[" + std::to_string(i) + "]";
+    if (p.choices[i] == nullptr) return pocket::InvalidArgumentError(field, " is NULL");
+    if (p.choices[i][0] == '\0') {
+      return pocket::InvalidArgumentError(
+          field, " is empty: the output would be allowed to be empty; every choice is some text");
+    }
+    if (Blank(p.choices[i])) {
+      return pocket::InvalidArgumentError(
+          field, " is blank (only whitespace): every choice is some visible text");
+    }
+  }
+  POCKET_RETURN_IF_ERROR(CheckConstraintText(p.regex, "regex"));
+  POCKET_RETURN_IF_ERROR(CheckConstraintText(p.json_schema, "json_schema"));
+  POCKET_RETURN_IF_ERROR(CheckConstraintText(p.grammar, "grammar"));
+  return pocket::Status::Ok();
 }
 
 // A seed from the system for POCKET_SEED_RANDOM; never the sentinel itself, so that the reported
@@ -327,13 +374,11 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       }
       options.stop_strings.emplace_back(p.stop_strings[i]);
     }
+    // Before the spec: there an empty string means "not given".
+    const pocket::Status fields = CheckConstraintFields(p);
+    if (!fields.ok()) return Report(err, fields);
     pocket::ConstraintSpec spec;
-    for (size_t i = 0; i < p.n_choices; ++i) {
-      if (p.choices == nullptr || p.choices[i] == nullptr) {
-        return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "choice " + std::to_string(i) + " is NULL");
-      }
-      spec.choices.emplace_back(p.choices[i]);
-    }
+    for (size_t i = 0; i < p.n_choices; ++i) spec.choices.emplace_back(p.choices[i]);
     if (p.regex != nullptr) spec.regex = p.regex;
     if (p.json_schema != nullptr) spec.json_schema = p.json_schema;
     if (p.grammar != nullptr) spec.grammar = p.grammar;
@@ -431,15 +476,19 @@ const char* pocket_model_label(const pocket_model* model, size_t index) {
   return index < labels.size() ? labels[index].c_str() : nullptr;
 }
 
+pocket_classify_params pocket_classify_default_params(void) {
+  return pocket_classify_params{nullptr, 0, pocket::ChatOptions().enable_thinking, false};
+}
+
 pocket_status pocket_classify(pocket_session* session, const char* prompt,
-                              pocket_label_score* scores, size_t capacity, size_t* n_scores,
-                              pocket_error* err) {
+                              const pocket_classify_params* params, pocket_label_score* scores,
+                              size_t capacity, size_t* n_scores, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
-    if (session == nullptr || prompt == nullptr || n_scores == nullptr ||
-        (scores == nullptr && capacity > 0)) {
+    if (session == nullptr || n_scores == nullptr || (scores == nullptr && capacity > 0)) {
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
-                  "session, prompt and n_scores must not be NULL (nor scores when capacity > 0)");
+                  "session and n_scores must not be NULL (nor scores when capacity > 0)");
     }
+    const pocket_classify_params p = params != nullptr ? *params : pocket_classify_default_params();
     const pocket::Model& model = session->session->model();
     const std::vector<std::string>& labels = model.classifier().labels;
     *n_scores = labels.size();
@@ -449,20 +498,17 @@ pocket_status pocket_classify(pocket_session* session, const char* prompt,
                       " has no classification head (tensor cls_head.weight with its labels); add "
                       "one with pocket convert --classifier-head FILE --classifier-labels a,b,c");
     }
-    const pocket::Tokenizer* tok = model.tokenizer();
-    if (tok == nullptr)
-      return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
-    pocket::EncodeOptions eo;
-    eo.add_bos = tok->spec().add_bos;
-    auto ids = tok->Encode(prompt, eo);
-    if (!ids.ok()) return Report(err, ids.status());
+    // The same tokens pocket_generate and pocket_score evaluate for this input.
+    auto input =
+        EncodeInput(model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special);
+    if (!input.ok()) return Report(err, input.status());
     // Before the forward pass: a buffer that is too small costs nothing.
     if (labels.size() > capacity) {
       return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
                   "the model has " + std::to_string(labels.size()) + " labels, capacity is " +
                       std::to_string(capacity));
     }
-    auto r = session->session->Classify(*ids);
+    auto r = session->session->Classify(input->ids);
     if (!r.ok()) return Report(err, r.status());
     for (size_t i = 0; i < r->size(); ++i) {
       const pocket::LabelScore& l = (*r)[i];

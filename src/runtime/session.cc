@@ -299,6 +299,8 @@ std::vector<CandidateScore> Rank(std::vector<CandidateScore> scores) {
 StatusOr<std::vector<CandidateScore>> Session::Score(
     std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
   const CancelScope cancel_scope(&cancel_);
+  // A request that came before the call stops it even when nothing needs evaluating.
+  if (cancelled()) return CancelledError("cancelled before scoring");
   const int32_t vocab = model_->config().vocab_size;
   POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
   if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
@@ -356,6 +358,8 @@ StatusOr<std::vector<CandidateScore>> Session::Score(
 StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
     std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
   const CancelScope cancel_scope(&cancel_);
+  // A request that came before the call stops it even when nothing needs evaluating.
+  if (cancelled()) return CancelledError("cancelled before scoring");
   const int32_t vocab = model_->config().vocab_size;
   POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
   if (prompt.empty()) return InvalidArgumentError("scoring needs a prompt of at least one token");
@@ -385,6 +389,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
 
 StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> prompt) {
   const CancelScope cancel_scope(&cancel_);
+  if (cancelled()) return CancelledError("cancelled before classifying");
   const ClassifierHead& head = model_->classifier();
   if (!head.present()) {
     return FailedPreconditionError(

@@ -2,7 +2,8 @@
  * detokenize, generate with a streaming callback, stop from the callback, cancel from another
  * thread and before a call, seeds, thread counts, report errors, score candidates; with
  * HEAD_MODEL (a .pocket with a classification head), classify; with CHAT_MODEL (a model with the
- * Qwen3 tokenizer and chat template), chat messages and parse_special.
+ * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
+ * parse_special in generate, score and classify.
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -233,6 +234,55 @@ static void test_candidate_rule(pocket_session* session, const pocket_model* mod
   CHECK(rules_differ, "this check cannot tell the candidate rules apart");
 }
 
+/* Generate with `gp`: an INVALID_ARGUMENT error whose message contains `field` and `what`. */
+static void expect_field_error(pocket_session* session, const char* text,
+                               const pocket_generate_params* gp, const char* field,
+                               const char* what) {
+  pocket_error err;
+  Collected* c = new_collected();
+  pocket_status st = pocket_generate(session, text, gp, collect, c, NULL, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, field) != NULL &&
+            strstr(err.message, what) != NULL,
+        "%s %s gave %d (%s), output '%s'", field, what, (int)st, err.message, c->text);
+  CHECK(c->pieces == 0, "%s %s: generated '%s' before failing", field, what, c->text);
+  printf("expected error: %s\n", err.message);
+  free(c);
+}
+
+/* A constraint that is given (non-NULL) but empty or blank is an error naming the field, never
+ * silently no constraint; so are choices missing their array or holding an empty string. */
+static void test_empty_constraints(pocket_session* session, const char* text) {
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 4;
+  const char* texts[] = {"", " \t\n"};
+  const char* whats[] = {"empty", "blank"};
+  for (int i = 0; i < 2; ++i) {
+    gp.regex = texts[i];
+    expect_field_error(session, text, &gp, "regex", whats[i]);
+    gp.regex = NULL;
+    gp.json_schema = texts[i];
+    expect_field_error(session, text, &gp, "json_schema", whats[i]);
+    gp.json_schema = NULL;
+    gp.grammar = texts[i];
+    expect_field_error(session, text, &gp, "grammar", whats[i]);
+    gp.grammar = NULL;
+    const char* choices[] = {" yes", texts[i]};
+    gp.choices = choices;
+    gp.n_choices = 2;
+    expect_field_error(session, text, &gp, "choices[1]", whats[i]);
+    gp.choices = NULL;
+    gp.n_choices = 0;
+  }
+  gp.n_choices = 2;
+  expect_field_error(session, text, &gp, "choices", "NULL");
+  /* NULL (and n_choices 0) is no constraint. */
+  gp.n_choices = 0;
+  pocket_generate_result r;
+  free(run(session, text, &gp, &r));
+  CHECK(r.n_generated_tokens > 0, "unconstrained generate made nothing");
+}
+
 /* A model without a chat template cannot take messages, and says so. */
 static void test_no_chat_template(const pocket_model* model, pocket_session* session) {
   pocket_error err;
@@ -257,6 +307,99 @@ static void test_no_chat_template(const pocket_model* model, pocket_session* ses
   st = pocket_score(session, NULL, &sp, cands, 2, scores, &err);
   CHECK(st == POCKET_ERR_FAILED_PRECONDITION && strstr(err.message, "chat template") != NULL,
         "score without a template gave %d: %s", (int)st, err.message);
+}
+
+/* The label logits of classify, by label index (n_labels of them); resets the session first, so
+ * that every call evaluates its whole input. */
+static void classify_logits(pocket_session* session, const char* prompt,
+                            const pocket_classify_params* params, double* logits, size_t n_labels) {
+  pocket_error err;
+  pocket_label_score labels[8];
+  size_t n = 0;
+  CHECK(n_labels <= 8, "too many labels");
+  pocket_session_reset(session);
+  pocket_status st = pocket_classify(session, prompt, params, labels, 8, &n, &err);
+  CHECK(st == POCKET_OK && n == n_labels, "classify: %s", err.message);
+  for (size_t i = 0; i < n; ++i) logits[labels[i].index] = labels[i].logit;
+}
+
+static bool same_logits(const double* a, const double* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] - b[i] > 1e-6 || b[i] - a[i] > 1e-6) return false;
+  }
+  return true;
+}
+
+/* Prompt tokens pocket_generate evaluates (not reused from the session's context) for `prompt`. */
+static int32_t evaluated(pocket_session* session, const char* prompt, bool parse_special) {
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.max_tokens = 0;
+  gp.parse_special = parse_special;
+  pocket_generate_result r;
+  free(run(session, prompt, &gp, &r));
+  return r.n_prompt_tokens;
+}
+
+/* Classify tokenizes as generate and score do: special-token strings in the prompt or message
+ * contents are plain text unless parse_special (NULL params: the defaults), messages go through
+ * the chat template. The model has the Qwen3 tokenizer and a 3-label head. */
+static void test_chat_classify(const pocket_model* model, pocket_session* session,
+                               const char* rendered) {
+  pocket_error err;
+  const size_t n_labels = pocket_model_n_labels(model);
+  CHECK(n_labels == 3, "the chat model has %zu labels, not 3", n_labels);
+  pocket_classify_params cp = pocket_classify_default_params();
+  CHECK(!cp.parse_special && cp.enable_thinking && cp.messages == NULL && cp.n_messages == 0,
+        "classify defaults");
+  pocket_classify_params special = pocket_classify_default_params();
+  special.parse_special = true;
+
+  /* "<|im_end|>" inside the prompt: the plain text's tokens, unless parse_special. */
+  const char* injected = "Hi<|im_end|> there";
+  double by_null[3], by_default[3], by_special[3];
+  classify_logits(session, injected, NULL, by_null, n_labels);
+  classify_logits(session, injected, &cp, by_default, n_labels);
+  classify_logits(session, injected, &special, by_special, n_labels);
+  CHECK(same_logits(by_null, by_default, n_labels), "NULL params differ from the defaults");
+  CHECK(!same_logits(by_default, by_special, n_labels),
+        "parse_special changed nothing in classify");
+  /* The context classify leaves is its input: generate then reuses all of the plain tokens but
+   * the last, and not those of the special reading past "Hi". */
+  classify_logits(session, injected, NULL, by_null, n_labels);
+  int32_t n = evaluated(session, injected, false);
+  CHECK(n == 1, "after classify, generate with the plain tokens evaluated %d tokens, not 1", n);
+  classify_logits(session, injected, NULL, by_null, n_labels);
+  n = evaluated(session, injected, true);
+  CHECK(n > 1, "after classify, generate with the special token evaluated %d tokens", n);
+  classify_logits(session, injected, &special, by_special, n_labels);
+  n = evaluated(session, injected, true);
+  CHECK(n == 1, "after classify with parse_special, generate evaluated %d tokens, not 1", n);
+
+  /* Messages: as the rendered template with its control tokens special. */
+  pocket_chat_message hello[] = {{"user", "Hello there"}};
+  double by_messages[3], by_text[3];
+  cp.messages = hello;
+  cp.n_messages = 1;
+  classify_logits(session, NULL, &cp, by_messages, n_labels);
+  classify_logits(session, rendered, &special, by_text, n_labels);
+  CHECK(same_logits(by_messages, by_text, n_labels), "classify of messages differs from the text");
+  pocket_chat_message msgs[] = {{"user", injected}};
+  cp.messages = msgs;
+  classify_logits(session, NULL, &cp, by_default, n_labels);
+  special.messages = msgs;
+  special.n_messages = 1;
+  classify_logits(session, NULL, &special, by_special, n_labels);
+  CHECK(!same_logits(by_default, by_special, n_labels),
+        "parse_special changed nothing in classify of messages");
+
+  /* Exactly one of prompt and messages. */
+  pocket_label_score labels[8];
+  size_t n_scores = 0;
+  pocket_status st = pocket_classify(session, "Hi", &cp, labels, 8, &n_scores, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "classify with prompt and messages gave %d", (int)st);
+  st = pocket_classify(session, NULL, NULL, labels, 8, &n_scores, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "classify with neither gave %d", (int)st);
+  printf("expected error: %s\n", err.message);
 }
 
 /* CHAT_MODEL: the Qwen3 tokenizer (fitted to a small vocabulary) and its chat template. */
@@ -400,6 +543,7 @@ static void test_chat(const char* path) {
     if (s1[i].index == 0) CHECK(s1[i].n_tokens > 1, "plain <|im_end|>: %d tokens", s1[i].n_tokens);
     if (s3[i].index == 0) CHECK(s3[i].n_tokens == 1, "special: %d tokens", s3[i].n_tokens);
   }
+  test_chat_classify(model, session, rendered);
 
   pocket_session_free(session);
   pocket_model_free(model);
@@ -557,11 +701,12 @@ int main(int argc, char** argv) {
   CHECK(pocket_model_label(model, 0) == NULL, "a label on a model without a head");
   pocket_label_score labels[8];
   size_t n_labels = 99;
-  st = pocket_classify(session, text, labels, 8, &n_labels, &err);
+  st = pocket_classify(session, text, NULL, labels, 8, &n_labels, &err);
   CHECK(st == POCKET_ERR_FAILED_PRECONDITION && n_labels == 0, "classify without a head gave %d",
         (int)st);
   printf("expected error: %s\n", err.message);
 
+  test_empty_constraints(session, text);
   test_candidate_rule(session, model);
   test_no_chat_template(model, session);
   test_cancel(session, text);
@@ -582,9 +727,9 @@ int main(int argc, char** argv) {
     pocket_session* hs = NULL;
     st = pocket_session_create(head_model, NULL, &hs, &err);
     CHECK(st == POCKET_OK, "session: %s", err.message);
-    st = pocket_classify(hs, text, labels, 2, &n_labels, &err);
+    st = pocket_classify(hs, text, NULL, labels, 2, &n_labels, &err);
     CHECK(st == POCKET_ERR_BUFFER_TOO_SMALL && n_labels == 3, "capacity 2 gave %d", (int)st);
-    st = pocket_classify(hs, text, labels, 8, &n_labels, &err);
+    st = pocket_classify(hs, text, NULL, labels, 8, &n_labels, &err);
     CHECK(st == POCKET_OK && n_labels == 3, "classify: %s", err.message);
     double sum = 0.0;
     for (size_t i = 0; i < n_labels; ++i) {

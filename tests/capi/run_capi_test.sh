@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, compiles capi_test.c with the C compiler against the
 # installed header and library only, and runs it on stories260K, on a .pocket copy of it with
-# a random classification head, and on a tiny random model with the Qwen3 tokenizer and chat
-# template (both made by the build's pocket CLI). Checks first that the installed header imports
-# its symbols on Windows (POCKET_API) unless the library's own build says otherwise.
+# a random classification head, and on a tiny random model with the Qwen3 tokenizer, its chat
+# template and a random 3-label classification head (both made by the build's pocket CLI).
+# Checks first that the installed header imports its symbols on Windows (POCKET_API) unless the
+# library's own build says otherwise.
 set -euo pipefail
 build_dir="$1" source_dir="$2" shared_dir="$3" cc="${4:-cc}"
 prefix="$build_dir/capi-install"
@@ -59,6 +60,6 @@ fi
 chat_model="$build_dir/capi-chat.gguf"
 rm -f "$chat_model"
 "$build_dir/bin/pocket" make-model --preset tiny --arch qwen3 --type f32 --seed 3 \
-  --tokenizer "$qwen3_tokenizer" -o "$chat_model" >/dev/null
+  --tokenizer "$qwen3_tokenizer" --classifier-labels yes,no,maybe -o "$chat_model" >/dev/null
 
 "$build_dir/capi_test" "$stories/stories260K.bin" "$stories/tok512.bin" "$head_model" "$chat_model"

@@ -203,6 +203,17 @@ TEST(SessionTest, CancelBeforeACallStopsThatCallOnly) {
   auto rescored = session->Score(prompt, candidates);
   ASSERT_TRUE(rescored.ok()) << rescored.status().ToString();
   EXPECT_EQ(rescored->size(), 2u);
+  // The prompt is now the context with its logits at hand, so a second Score evaluates nothing
+  // before the candidates: a request made before it must still stop it.
+  session->Cancel();
+  auto cached = session->Score(prompt, candidates);
+  ASSERT_FALSE(cached.ok());
+  EXPECT_EQ(cached.status().code(), StatusCode::kCancelled);
+  session->Cancel();
+  auto separately = session->ScoreSeparately(prompt, candidates);
+  ASSERT_FALSE(separately.ok());
+  EXPECT_EQ(separately.status().code(), StatusCode::kCancelled);
+  ASSERT_TRUE(session->Score(prompt, candidates).ok());
 }
 
 TEST(SessionTest, ResultReportsTheSeedThatReproducesIt) {
