@@ -14,6 +14,9 @@
 // multiple of lcm(m, 10^-D), so each interval is asked one question: does it hold a multiple of
 // that step within [lower, upper] (ends closed or open)? The smallest multiple at or above the
 // lower end answers it. Every decimal here is exact: (sign, digit string, power of ten).
+//
+// Without the limits (NumberLimits::kNone) a rule checks given texts: it offers every
+// syntactically valid next character, and the end where the whole text satisfies the bounds.
 #include "generate/json_number.h"
 
 #include <algorithm>
@@ -321,9 +324,12 @@ bool WithinDigitLimits(std::string_view body) {
 
 class NumberTemplate final : public GrammarTemplate {
  public:
-  // `side` already holds the bounds |x| < 1e21.
-  NumberTemplate(bool integer, Side side, std::optional<Dec> multiple_of)
-      : integer_(integer), pos_(std::move(side)), m_(std::move(multiple_of)) {
+  // With the limits, `side` already holds the bounds |x| < 1e21.
+  NumberTemplate(bool integer, Side side, std::optional<Dec> multiple_of, NumberLimits limits)
+      : integer_(integer),
+        limited_(limits == NumberLimits::kGenerate),
+        pos_(std::move(side)),
+        m_(std::move(multiple_of)) {
     if (pos_.hi) neg_.lo = Bound{Neg(pos_.hi->value), pos_.hi->strict};
     if (pos_.lo) neg_.hi = Bound{Neg(pos_.lo->value), pos_.lo->strict};
     if (m_) {
@@ -339,7 +345,7 @@ class NumberTemplate final : public GrammarTemplate {
     const std::string text = texts_[payload];  // copy: Intern below may reallocate
     std::vector<GrammarSeq> alts;
     if (Satisfies(text)) alts.push_back({});
-    if (text.size() >= kMaxNumberChars) return alts;
+    if (limited_ && text.size() >= kMaxNumberChars) return alts;
     const bool neg = !text.empty() && text[0] == '-';
     const std::string_view body = std::string_view(text).substr(neg ? 1 : 0);
     const bool has_dot = body.find('.') != std::string_view::npos;
@@ -348,7 +354,7 @@ class NumberTemplate final : public GrammarTemplate {
       if (c == '.' && (integer_ || has_dot || body.empty())) continue;
       if (c >= '0' && c <= '9' && body == "0") continue;  // no leading zeros
       std::string next = text + c;
-      if (!Viable(next)) continue;
+      if (limited_ && !Viable(next)) continue;
       alts.push_back({g->Char(static_cast<char32_t>(c)), Grammar::Lazy(self_, Intern(next))});
     }
     return alts;
@@ -360,8 +366,11 @@ class NumberTemplate final : public GrammarTemplate {
 
   void set_self(uint32_t id) { self_ = id; }
 
-  // Some number satisfies every bound.
-  bool Satisfiable() const { return Viable("") || Viable("-"); }
+  // Some number satisfies every bound (and the limits, if kept).
+  bool Satisfiable() const {
+    if (limited_) return Viable("") || Viable("-");
+    return AnyMagnitude(pos_) || AnyMagnitude(neg_);
+  }
 
  private:
   uint32_t Intern(const std::string& text) {
@@ -373,10 +382,11 @@ class NumberTemplate final : public GrammarTemplate {
     return id;
   }
 
-  // The text is a whole number within the digit limits whose value satisfies every bound.
+  // The text is a whole number (within the digit limits, if kept) whose value satisfies every
+  // bound.
   bool Satisfies(std::string_view text) const {
     if (text.empty() || text.back() < '0' || text.back() > '9') return false;  // "", "-", "1."
-    if (!WithinDigitLimits(text.substr(text[0] == '-' ? 1 : 0))) return false;
+    if (limited_ && !WithinDigitLimits(text.substr(text[0] == '-' ? 1 : 0))) return false;
     StatusOr<Dec> v = ParseDec(text);
     if (!v.ok()) return false;
     return InSide(pos_, *v) && (!m_ || IsMultiple(*v, *m_));
@@ -415,6 +425,26 @@ class NumberTemplate final : public GrammarTemplate {
     if (low_strict && Cmp(c, *low) == 0) c = Add(c, step);
     const int cmp = Cmp(c, *high);
     return cmp < 0 || (cmp == 0 && high_closed);
+  }
+
+  // Without the limits: whether some magnitude within the side (the value's bounds or the mirrored
+  // ones) is an integer (`integer`) and a multiple of m. Unbounded above, one is; otherwise
+  // [0, max] is searched on the grid of those multiples, or without them on a grid finer than the
+  // bounds' digits, so that it holds a value strictly between two different bounds.
+  bool AnyMagnitude(const Side& side) const {
+    if (!side.hi) return true;
+    if (side.hi->value.neg) return false;
+    Dec step;
+    if (integer_ || m_) {
+      step = integer_ ? Step(0) : *m_;
+    } else {
+      int e = 0;
+      for (const std::optional<Bound>* b : {&side.lo, &side.hi}) {
+        if (*b && !IsZero((*b)->value)) e = std::min(e, (*b)->value.exp);
+      }
+      step = Pow10(e - 1);
+    }
+    return Hit(side, Dec{}, Add(side.hi->value, Pow10(0)), step);
   }
 
   // Whether a non-zero value written "0." + at least z0 zeros + digits, that is in (0, 10^-z0),
@@ -496,6 +526,7 @@ class NumberTemplate final : public GrammarTemplate {
   }
 
   const bool integer_;
+  const bool limited_;
   Side pos_, neg_;
   const std::optional<Dec> m_;
   int v2_ = 0, v5_ = 0;
@@ -509,11 +540,22 @@ class NumberTemplate final : public GrammarTemplate {
 //   int_k  ::= "" | [0-9] int_{k+1} | "." [0-9]{1,17-k}   (k = 1..16 digits so far)
 //   int_17 ::= "0"{0,4}                                    (placeholder zeros, 21 digits in all)
 //   zero-fraction ::= "." ( "0"{1,5} | "0"{0,5} [1-9] [0-9]{0,16} )
-// With `integer`, no fractions.
-uint32_t AddPlainNumberRule(Grammar* g, bool integer) {
+// With `integer`, no fractions. Without the limits: -?(0|[1-9][0-9]*)(\.[0-9]+)?.
+uint32_t AddPlainNumberRule(Grammar* g, bool integer, NumberLimits limits) {
   const GrammarElem digit = g->Chars({{'0', '9'}});
   const GrammarElem zero = g->Char('0');
   const GrammarElem nonzero = g->Chars({{'1', '9'}});
+  if (limits == NumberLimits::kNone) {
+    GrammarSeq magnitude = {Grammar::Ref(g->Alternatives(
+        {{zero}, {nonzero, Grammar::Ref(g->Repeat({digit}, 0, -1, "digits"))}}, "int"))};
+    if (!integer) {
+      magnitude.push_back(Grammar::Ref(g->Alternatives(
+          {{}, {g->Char('.'), Grammar::Ref(g->Repeat({digit}, 1, -1, "digits"))}}, "frac")));
+    }
+    magnitude.insert(magnitude.begin(),
+                     Grammar::Ref(g->Alternatives({{}, {g->Char('-')}}, "sign")));
+    return g->AddRule(integer ? "integer" : "number", {std::move(magnitude)});
+  }
   constexpr int kSig = kMaxSignificantDigits;
   std::vector<uint32_t> upto(kSig);  // upto[n]: at most n digits
   upto[0] = g->AddRule("digits?", {{}});
@@ -610,11 +652,12 @@ StatusOr<Prepared> Prepare(const NumberBounds& bounds) {
   return p;
 }
 
-// The user's bounds and -1e21 < x < 1e21, whichever are tighter.
-Side MakeSide(const Prepared& p) {
+// The user's bounds and, with the limits, -1e21 < x < 1e21, whichever are tighter.
+Side MakeSide(const Prepared& p, NumberLimits limits) {
   Side side;
   if (p.lo) side.lo = p.lo->bound;
   if (p.hi) side.hi = p.hi->bound;
+  if (limits == NumberLimits::kNone) return side;
   const Dec limit = Limit();
   if (!side.hi || Cmp(limit, side.hi->value) <= 0) side.hi = Bound{limit, true};
   if (!side.lo || Cmp(side.lo->value, Neg(limit)) <= 0) side.lo = Bound{Neg(limit), true};
@@ -627,17 +670,20 @@ bool Unbounded(const NumberBounds& b) {
 
 }  // namespace
 
-StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds) {
-  if (Unbounded(bounds)) return AddPlainNumberRule(grammar, bounds.integer);
+StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds,
+                                 NumberLimits limits) {
+  if (Unbounded(bounds)) return AddPlainNumberRule(grammar, bounds.integer, limits);
   POCKET_ASSIGN_OR_RETURN(Prepared p, Prepare(bounds));
-  auto t = std::make_unique<NumberTemplate>(bounds.integer, MakeSide(p), p.multiple_of);
+  auto t =
+      std::make_unique<NumberTemplate>(bounds.integer, MakeSide(p, limits), p.multiple_of, limits);
   NumberTemplate* raw = t.get();
   const uint32_t id = grammar->AddTemplate(std::move(t));
   raw->set_self(id);
   return grammar->AddRule("number", {{Grammar::Lazy(id, 0)}});
 }
 
-StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& bounds) {
+StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& bounds,
+                                                           NumberLimits limits) {
   using Found = std::optional<NumberConflict>;
   if (Unbounded(bounds)) return Found();
   POCKET_ASSIGN_OR_RETURN(Prepared p, Prepare(bounds));
@@ -652,18 +698,19 @@ StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& b
                                   named(*p.lo) + " equals " + named(*p.hi) +
                                       ", and an exclusive bound leaves no number between them"});
   }
+  const bool limited = limits == NumberLimits::kGenerate;
   const Dec limit = Limit();
-  if (p.lo && Cmp(p.lo->bound.value, limit) >= 0) {
+  if (limited && p.lo && Cmp(p.lo->bound.value, limit) >= 0) {
     return Found(NumberConflict{p.lo->keyword,
                                 named(*p.lo) + " is not below 1e21, the bound on the magnitude " +
                                     "of the numbers pocket writes (no exponent, 21 digits)"});
   }
-  if (p.hi && Cmp(p.hi->bound.value, Neg(limit)) <= 0) {
+  if (limited && p.hi && Cmp(p.hi->bound.value, Neg(limit)) <= 0) {
     return Found(NumberConflict{p.hi->keyword,
                                 named(*p.hi) + " is not above -1e21, the bound on the magnitude " +
                                     "of the numbers pocket writes (no exponent, 21 digits)"});
   }
-  const NumberTemplate t(bounds.integer, MakeSide(p), p.multiple_of);
+  const NumberTemplate t(bounds.integer, MakeSide(p, limits), p.multiple_of, limits);
   if (t.Satisfiable()) return Found();
   std::string range;
   if (p.lo) range = named(*p.lo);
@@ -674,11 +721,13 @@ StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& b
     return Found(NumberConflict{
         "multipleOf", std::string("no ") + what + " that is a multiple of " +
                           ShortText(*bounds.multiple_of, *p.multiple_of) + " lies" + range});
-  return Found(NumberConflict{
-      p.lo ? p.lo->keyword : p.hi->keyword,
-      std::string("no ") + what +
-          (bounds.integer ? "" : " pocket writes (17 significant digits, 0 or 1e-6 <= |x|)") +
-          " lies" + range});
+  return Found(
+      NumberConflict{p.lo ? p.lo->keyword : p.hi->keyword,
+                     std::string("no ") + what +
+                         (bounds.integer || !limited
+                              ? ""
+                              : " pocket writes (17 significant digits, 0 or 1e-6 <= |x|)") +
+                         " lies" + range});
 }
 
 }  // namespace pocket

@@ -15,7 +15,8 @@
 // exponent), so bounding the exponent bounds the text: at most kMaxNumberChars characters. The
 // window 1e-6 <= |x| < 1e21 is where JavaScript (Number.prototype.toString) writes plain decimals;
 // a schema whose bounds leave no number inside it is refused (FindNumberConflict), and the
-// canonical text of any other value, e.g. 1e-7 or 1e21, is not accepted by a number rule.
+// canonical text of any other value, e.g. 1e-7 or 1e21, is not accepted by a number rule -- except
+// one made with NumberLimits::kNone, which checks given texts (enum and const values) by value.
 //
 // Unbounded numbers are plain static rules. Bounded ones are a lazy rule family whose payload is
 // the number text so far: each expansion offers the next characters that keep the text a viable
@@ -49,12 +50,25 @@ inline constexpr int kMaxLeadingFractionZeros = 5;
 // The longest number text a rule accepts: "-0.", 5 zeros and 17 digits.
 inline constexpr size_t kMaxNumberChars = 3 + kMaxLeadingFractionZeros + kMaxSignificantDigits;
 
+// Whether a number rule keeps to the limits above.
+enum class NumberLimits {
+  // The limits: for generation.
+  kGenerate,
+  // None: any plain decimal text, however long (1e-7 as 0.0000001, 1e308 written out), whose
+  // value satisfies the bounds. For checking given texts against a schema, such as the canonical
+  // text of an enum or const value (pointless to bound: it is written as given). The bounded rule
+  // offers every syntactically valid next character, whether a completion within the bounds
+  // exists or not, so it is not for generation.
+  kNone,
+};
+
 // Adds a rule matching JSON number texts in plain decimal notation, -?(0|[1-9][0-9]*)(\.[0-9]+)?
-// with no exponent, within the limits above, whose value satisfies the bounds exactly.
-// With `integer` the text has no fraction part ("1" only: the canonical text of 1.0). A rule
-// whose bounds admit no value matches nothing (FindNumberConflict says why). Errors: a bound that
-// is not a decimal number, a multiple_of that is not positive.
-StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds);
+// with no exponent, within the limits above (unless `limits` is kNone), whose value satisfies the
+// bounds exactly. With `integer` the text has no fraction part ("1" only: the canonical text of
+// 1.0). A rule whose bounds admit no value matches nothing (FindNumberConflict says why, given the
+// same `limits`). Errors: a bound that is not a decimal number, a multiple_of that is not positive.
+StatusOr<uint32_t> AddNumberRule(Grammar* grammar, const NumberBounds& bounds,
+                                 NumberLimits limits = NumberLimits::kGenerate);
 
 // Why no number text of AddNumberRule's satisfies `bounds`: the keyword to blame (the binding
 // lower or upper bound, or "multipleOf") and a sentence naming the bounds involved, e.g.
@@ -64,6 +78,7 @@ struct NumberConflict {
   std::string keyword;
   std::string reason;
 };
-StatusOr<std::optional<NumberConflict>> FindNumberConflict(const NumberBounds& bounds);
+StatusOr<std::optional<NumberConflict>> FindNumberConflict(
+    const NumberBounds& bounds, NumberLimits limits = NumberLimits::kGenerate);
 
 }  // namespace pocket

@@ -4,9 +4,11 @@
 // properties already present, so members may come in any order but each at most once; numbers
 // with bounds are the lazy family of json_number.h. enum and const are exact: each listed value
 // is kept only if the rest of the schema accepts its canonical text (checked with a recognizer
-// over the rest compiled alone). Each location's compilation also says whether any value matches
-// it (Alts::why when none does), so unsatisfiable schemas are refused here, with the keyword and
-// pointer to blame, not discovered as a dead end in the middle of generation.
+// over the rest compiled alone, its numbers without the limits of json_number.h, so a value is
+// judged by the keywords alone: enum and const values are exempt from the limits). Each location's
+// compilation also says whether any value matches it (Alts::why when none does), so unsatisfiable
+// schemas are refused here, with the keyword and pointer to blame, not discovered as a dead end in
+// the middle of generation.
 #include "generate/json_schema.h"
 
 #include <algorithm>
@@ -277,8 +279,11 @@ struct Alts {
 
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonSchemaOptions& options, Grammar* g)
-      : root_(root), options_(options), g_(g) {}
+  // `numbers`: kNone compiles a grammar that checks given texts (enum and const values), whose
+  // numbers are bounded by the schema's keywords alone.
+  Compiler(const Json& root, const JsonSchemaOptions& options, Grammar* g,
+           NumberLimits numbers = NumberLimits::kGenerate)
+      : root_(root), options_(options), g_(g), numbers_(numbers) {}
 
   // The rule for the schema at `pointer` (memoized; recursion through $ref is fine). A schema
   // that matches no value is an error, except the boolean `false` where `allow_false` (then the
@@ -334,7 +339,7 @@ class Compiler {
     if (slot == kNone) {
       NumberBounds plain;
       plain.integer = integer;
-      auto r = AddNumberRule(g_, plain);
+      auto r = AddNumberRule(g_, plain, numbers_);
       slot = r.ok() ? *r : g_->AddRule("never");
     }
     return slot;
@@ -453,6 +458,7 @@ class Compiler {
   const Json& root_;
   const JsonSchemaOptions& options_;
   Grammar* g_;
+  const NumberLimits numbers_;
   std::map<std::string, uint32_t> rules_;
   std::set<uint32_t> empty_rules_;  // rules of `false` schemas
   uint32_t opt_space_ = kNone, any_char_ = kNone, any_body_ = kNone, any_string_ = kNone,
@@ -765,12 +771,12 @@ StatusOr<uint32_t> Compiler::NumberRule(const std::string& pointer, const Json& 
     return InvalidArgumentError("JSON Schema: multipleOf at #", pointer, " must be positive");
   if (!b.minimum && !b.maximum && !b.exclusive_minimum && !b.exclusive_maximum && !b.multiple_of)
     return PlainNumber(integer);
-  POCKET_ASSIGN_OR_RETURN(std::optional<NumberConflict> conflict, FindNumberConflict(b));
+  POCKET_ASSIGN_OR_RETURN(std::optional<NumberConflict> conflict, FindNumberConflict(b, numbers_));
   if (conflict) {
     *unsat = Unsatisfiable(conflict->keyword, pointer, conflict->reason);
     return 0u;
   }
-  return AddNumberRule(g_, b);
+  return AddNumberRule(g_, b, numbers_);
 }
 
 StatusOr<uint32_t> Compiler::ArrayRule(const std::string& pointer, const Json& s, Status* unsat) {
@@ -1237,9 +1243,11 @@ StatusOr<Alts> Compiler::Compile(const std::string& pointer, const Json& schema,
     Json others = rest;
     others.erase("enum");
     others.erase("const");
-    // The rest of the schema compiled alone, to check each value's canonical text against.
+    // The rest of the schema compiled alone, to check each value's canonical text against. The
+    // value is written as that text, so its numbers (nested ones too) are held to the keywords
+    // only, not to the limits that keep generated numbers short: 1e-7 is a fine const.
     Grammar check;
-    Compiler sub(root_, options_, &check);
+    Compiler sub(root_, options_, &check, NumberLimits::kNone);
     std::optional<Recognizer> rec;
     std::string other_names;
     if (!others.empty()) {

@@ -13,7 +13,9 @@
 //     as an integer (1.0 -> 1), zero (also -0.0) as 0.
 // The grammar accepts the canonical text of every valid instance whose numbers keep to the limits
 // of json_number.h (at most 17 significant digits, 0 or 1e-6 <= |x| < 1e21: a model cannot run
-// on writing one number; enum and const values are exempt) and no text of an invalid one (the
+// on writing one number; enum and const values are exempt: they are checked against the other
+// keywords by their exact value, numbers nested in them too, and written as their canonical text,
+// so {"type": "number", "const": 1e-7} gives 0.0000001) and no text of an invalid one (the
 // conformance driver in json_schema_test.cc checks this on the official test suite). It also
 // accepts other spellings of valid values: one optional space after each `:` and `,`, object
 // members in any order, numbers with trailing fraction zeros. No other whitespace, no exponents,
@@ -48,7 +50,8 @@
 //   - keywords that contradict each other for a type the schema allows: minLength > maxLength
 //     (or a span source shorter than minLength), minItems > maxItems, numeric bounds no number
 //     meets (minimum > maximum, exclusive bounds leaving no room, no integer or no multiple of
-//     multipleOf in the range, bounds outside the limits of json_number.h);
+//     multipleOf in the range, bounds outside the limits of json_number.h unless enum or const
+//     lists the values);
 //     an error wherever they stand, even when another type remains (["string", "null"] with
 //     minLength 5 and maxLength 3), except in an anyOf / oneOf branch;
 //   - a schema location that matches no value at all: "type": [], an empty enum, an enum or const

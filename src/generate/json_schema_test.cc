@@ -461,5 +461,97 @@ TEST(JsonSchema, NumbersKeepToTheLimits) {
                  "#", "no number pocket writes");
 }
 
+// enum and const values are exempt from those limits: each is checked against the rest of the
+// schema by its exact value (numbers nested in it too) and written as its canonical text.
+TEST(JsonSchema, EnumAndConstValuesAreExemptFromTheNumberLimits) {
+  const std::string tiny = CanonicalJson(Json::parse("1e-7"));  // 0.0000001
+  const std::string huge = CanonicalJson(Json::parse("1e25"));  // 1 and 25 zeros
+  auto small = Compile(R"({"type":"number","const":1e-7})");
+  ASSERT_TRUE(small);
+  EXPECT_TRUE(Accepts(small.get(), tiny));
+  EXPECT_FALSE(Accepts(small.get(), "0"));
+  auto big = Compile(R"({"type":"integer","const":1e25})");
+  ASSERT_TRUE(big);
+  EXPECT_TRUE(Accepts(big.get(), huge));
+  auto e = Compile(R"({"type":"number","enum":[1e-7,2]})");
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(Accepts(e.get(), tiny));  // not dropped
+  EXPECT_TRUE(Accepts(e.get(), "2"));
+  auto longest = Compile(R"({"type":"number","minimum":0,"const":1e308})");
+  ASSERT_TRUE(longest);
+  EXPECT_TRUE(Accepts(longest.get(), CanonicalJson(Json::parse("1e308"))));
+  // Bounds and multipleOf are applied exactly, beyond the limits as well.
+  auto bounded = Compile(R"({"type":"number","minimum":1e-8,"maximum":1e-7,
+                            "enum":[5e-8,1e-8,2e-7,1e-9,0.5]})");
+  ASSERT_TRUE(bounded);
+  EXPECT_TRUE(Accepts(bounded.get(), CanonicalJson(Json::parse("5e-8"))));
+  EXPECT_TRUE(Accepts(bounded.get(), CanonicalJson(Json::parse("1e-8"))));
+  EXPECT_FALSE(Accepts(bounded.get(), CanonicalJson(Json::parse("2e-7"))));
+  EXPECT_FALSE(Accepts(bounded.get(), CanonicalJson(Json::parse("1e-9"))));
+  EXPECT_FALSE(Accepts(bounded.get(), "0.5"));
+  auto above = Compile(R"({"type":"integer","minimum":1e22,"multipleOf":1e20,
+                          "enum":[1e25,1.23456789e22,1e21]})");
+  ASSERT_TRUE(above);
+  EXPECT_TRUE(Accepts(above.get(), huge));
+  // 1.23456789e22 is 123.456789 times 1e20.
+  EXPECT_FALSE(Accepts(above.get(), CanonicalJson(Json::parse("1.23456789e22"))));
+  EXPECT_FALSE(Accepts(above.get(), CanonicalJson(Json::parse("1e21"))));  // below minimum
+  auto negative = Compile(R"({"minimum":-1e-7,"exclusiveMaximum":0,"enum":[-1e-7,-5e-8,0,-1e25]})");
+  ASSERT_TRUE(negative);
+  EXPECT_TRUE(Accepts(negative.get(), "-" + tiny));
+  EXPECT_TRUE(Accepts(negative.get(), CanonicalJson(Json::parse("-5e-8"))));
+  EXPECT_FALSE(Accepts(negative.get(), "0"));
+  EXPECT_FALSE(Accepts(negative.get(), "-" + huge));
+  auto below = Compile(R"({"type":"integer","exclusiveMaximum":-1e22,"const":-1e25})");
+  ASSERT_TRUE(below);
+  EXPECT_TRUE(Accepts(below.get(), "-" + huge));
+  // Nested: an enum in a property or in items, and numbers inside a const value.
+  auto property = Compile(R"({"type":"object","properties":{"a":{"type":"number",
+                             "enum":[1e-7,2]}},"required":["a"],"additionalProperties":false})");
+  ASSERT_TRUE(property);
+  EXPECT_TRUE(Accepts(property.get(), "{\"a\":" + tiny + "}"));
+  EXPECT_TRUE(Accepts(property.get(), R"({"a":2})"));
+  EXPECT_FALSE(Accepts(property.get(), R"({"a":3})"));
+  auto items = Compile(R"({"type":"array","items":{"type":"integer","enum":[1e25,7]}})");
+  ASSERT_TRUE(items);
+  EXPECT_TRUE(Accepts(items.get(), "[" + huge + ",7]"));
+  auto inside = Compile(R"({"type":"array","items":{"type":"number"},"const":[1e-7,1e25]})");
+  ASSERT_TRUE(inside);
+  EXPECT_TRUE(Accepts(inside.get(), "[" + tiny + "," + huge + "]"));
+  auto any = Compile(R"({"type":"object","const":{"a":[1e-7]}})");
+  ASSERT_TRUE(any);
+  EXPECT_TRUE(Accepts(any.get(), "{\"a\":[" + tiny + "]}"));
+  auto member =
+      Compile(R"({"properties":{"a":{"type":"integer","minimum":1e22}},"const":{"a":1e25}})");
+  ASSERT_TRUE(member);
+  EXPECT_TRUE(Accepts(member.get(), "{\"a\":" + huge + "}"));
+  // Values that violate the rest of the schema are still refused, naming the keyword.
+  EXPECT_REFUSED(R"({"type":"integer","const":1.5})", "const", "#",
+                 "the value 1.5 does not satisfy the rest of the schema (type)");
+  EXPECT_REFUSED(R"({"minimum":3,"enum":[1,2]})", "enum", "#",
+                 "none of its values satisfies the rest of the schema (minimum)");
+  EXPECT_REFUSED(R"({"type":"integer","const":1e-7})", "const", "#",
+                 "does not satisfy the rest of the schema (type)");
+  EXPECT_REFUSED(R"({"type":"number","maximum":1e-8,"const":1e-7})", "const", "#",
+                 "does not satisfy the rest of the schema (maximum, type)");
+  EXPECT_REFUSED(R"({"properties":{"a":{"exclusiveMinimum":1e-7,"enum":[1e-7,-1e25]}}})", "enum",
+                 "#/properties/a", "none of its values satisfies");
+  EXPECT_REFUSED(R"({"type":"array","items":{"type":"integer"},"const":[1e-7]})", "const", "#",
+                 "does not satisfy the rest of the schema (items, type)");
+  EXPECT_REFUSED(R"({"type":"integer","multipleOf":1e20,"const":1.23456789e22})", "const", "#",
+                 "(multipleOf, type)");
+  // Bounds that contradict each other are named as before.
+  EXPECT_REFUSED(R"({"minimum":5,"maximum":1,"enum":[3]})", "minimum", "#",
+                 "minimum 5 is greater than maximum 1");
+  EXPECT_REFUSED(R"({"type":"integer","minimum":2.5,"maximum":3.5,"multipleOf":2,"const":3})",
+                 "multipleOf", "#", "no integer that is a multiple of 2 lies");
+  EXPECT_REFUSED(R"({"type":"integer","minimum":0.2,"maximum":0.8,"enum":[0.5]})", "minimum", "#",
+                 "no integer lies within minimum 0.2 and maximum 0.8");
+  EXPECT_REFUSED(R"({"type":"integer","minimum":1e-8,"maximum":1e-7,"const":5e-8})", "minimum", "#",
+                 "no integer lies within minimum 0.00000001 and maximum 0.0000001");
+  EXPECT_REFUSED(R"({"exclusiveMinimum":1e22,"maximum":1e22,"enum":[1e22]})", "exclusiveMinimum",
+                 "#", "equals maximum");
+}
+
 }  // namespace
 }  // namespace pocket
