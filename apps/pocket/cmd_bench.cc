@@ -68,6 +68,19 @@ Command AddBenchCommand(CLI::App& root) {
         if (f->n_batch < 1) {
           return ReportUsageError(StrCat("--batch must be at least 1, got ", f->n_batch));
         }
+        const std::pair<const char*, const std::string*> constraints[] = {
+            {"--regex", &f->regex},
+            {"--json-schema", &f->schema_text},
+            {"--json-schema-file", &f->schema_file},
+            {"--grammar", &f->grammar_text},
+            {"--grammar-file", &f->grammar_file}};
+        for (const auto& [option, value] : constraints) {
+          if (app->count(option) > 0 && value->find_first_not_of(" \t\r\n") == std::string::npos) {
+            return ReportUsageError(StrCat(option,
+                                           " is empty: an empty constraint would "
+                                           "constrain nothing (leave the option out)"));
+          }
+        }
         if (!f->span_file.empty() && f->schema_file.empty() && f->grammar_file.empty() &&
             f->schema_text.empty() && f->grammar_text.empty() && f->regex.empty()) {
           return ReportUsageError(
@@ -102,11 +115,19 @@ Command AddBenchCommand(CLI::App& root) {
         if (!f->schema_file.empty()) {
           auto contents = ReadFileToString(f->schema_file);
           if (!contents.ok()) return ReportError(contents.status());
+          if (contents->find_first_not_of(" \t\r\n") == std::string::npos) {
+            return ReportUsageError(
+                StrCat(f->schema_file, ": the file is empty (--json-schema-file)"));
+          }
           config.constraint.json_schema = std::move(*contents);
         }
         if (!f->grammar_file.empty()) {
           auto contents = ReadFileToString(f->grammar_file);
           if (!contents.ok()) return ReportError(contents.status());
+          if (contents->find_first_not_of(" \t\r\n") == std::string::npos) {
+            return ReportUsageError(
+                StrCat(f->grammar_file, ": the file is empty (--grammar-file)"));
+          }
           config.constraint.grammar = std::move(*contents);
         }
         config.constraint.regex = f->regex;

@@ -67,23 +67,14 @@ Command AddChatCommand(CLI::App& root) {
   return {app, [=]() -> int {
             auto options = flags->Options();
             if (!options.ok()) return ReportUsageError(options.status().message());
-            // Ctrl-C: stop the reply being generated; at the prompt, exit.
-            auto generating = std::make_shared<std::atomic<Session*>>(nullptr);
-            InterruptWatcher watcher([generating] {
-              if (Session* s = generating->load()) {
-                s->Cancel();
-                return;
-              }
-              std::fflush(stdout);
-              std::fputc('\n', stderr);
-              std::_Exit(kInterruptedExitCode);
-            });
+            auto so = flags->engine.Session();
+            if (!so.ok()) return ReportUsageError(so.status().message());
+            // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit.
+            InterruptWatcher watcher;
             auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             auto tmpl = ModelTemplate(**model);
             if (!tmpl.ok()) return ReportError(tmpl.status());
-            auto so = flags->engine.Session();
-            if (!so.ok()) return ReportError(so.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
@@ -126,9 +117,9 @@ Command AddChatCommand(CLI::App& root) {
                              "tokens\n",
                              n_dropped, n_dropped == 1 ? "" : "s", n_ctx);
               }
-              generating->store(&s);
+              watcher.Cancel(&s);
               auto result = s.Generate(std::string_view(*formatted), *options, PrintPiece);
-              generating->store(nullptr);
+              watcher.Exit();
               if (!result.ok()) {
                 messages.pop_back();
                 ReportError(result.status());

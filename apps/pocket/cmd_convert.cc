@@ -10,6 +10,7 @@
 #include "common.h"
 #include "convert/convert.h"
 #include "format/pocket_file.h"
+#include "interrupt.h"
 #include "progress.h"
 
 namespace pocket::cli {
@@ -106,6 +107,10 @@ Command AddConvertCommand(CLI::App& root) {
             auto report = ConvertModel(f->input, f->output, f->options);
             ::sigaction(SIGINT, &previous, nullptr);
             progress->Finish();
+            if (report.status().code() == StatusCode::kCancelled) {
+              ReportError(report.status());  // "conversion cancelled"; no output was left
+              return kInterruptedExitCode;
+            }
             if (!report.ok()) return ReportError(report.status());
             std::fprintf(stderr, "pocket: wrote %s: %s in %.1f s\n", f->output.c_str(),
                          HumanBytes(report->file_bytes).c_str(), report->seconds);

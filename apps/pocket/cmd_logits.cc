@@ -59,7 +59,7 @@ Command AddLogitsCommand(CLI::App& root) {
           }
         }
         auto engine = f->engine.Session();
-        if (!engine.ok()) return ReportError(engine.status());
+        if (!engine.ok()) return ReportUsageError(engine.status().message());
         SessionOptions so = *engine;
         so.n_ctx = static_cast<int32_t>(ids.size());
         if (static_cast<int32_t>(ids.size()) > (*model)->config().n_ctx_train) {

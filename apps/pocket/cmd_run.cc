@@ -78,6 +78,15 @@ std::string CheckUsage(const RunFlags& f, const GenerationFlags& g) {
                     "the option out to generate freely)");
     }
   }
+  if (f.given("--choice")) {
+    const std::vector<std::string> candidates = SplitString(f.choice, ',');
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (Blank(candidates[i])) {
+        return StrCat("--choice: candidate ", i, " (of ", candidates.size(),
+                      ") is empty; separate the candidates with single commas");
+      }
+    }
+  }
   if (n_given > 1) {
     return "give one constraint: --choice, --regex, --json-schema(-file) or --grammar(-file)";
   }
@@ -170,6 +179,13 @@ StatusOr<Choice> ChooseCandidate(Session& session, const std::string& prompt,
     while (i + 1 < weights.size() && u >= weights[i]) u -= weights[i++];
     pick = &c.scores[i];
   }
+  if (pick->tokens.size() > static_cast<size_t>(options.max_tokens)) {
+    // As under a token-by-token constraint: a budget that would cut the output is an error.
+    return ResourceExhaustedError("the token budget of ", options.max_tokens,
+                                  " is shorter than the chosen candidate ",
+                                  QuoteBytes(c.texts[static_cast<size_t>(pick->index)]), " (",
+                                  pick->tokens.size(), " tokens)");
+  }
   c.chosen = pick->index;
   c.probability = pick->probability;
   c.result.text = c.texts[static_cast<size_t>(pick->index)];
@@ -224,22 +240,17 @@ Command AddRunCommand(CLI::App& root) {
                     "pocket run -m model.pocket --chat -p \"Name three colours.\" --json-schema "
                     "'{\"type\":\"array\",\"items\":{\"type\":\"string\"}}'",
                     "pocket run -m model.pocket -p \"Sentiment:\" --choice \" positive, negative\" "
-                    "--json"});
+                    "--temp 0 --json"});
   return {app, [=]() -> int {
             const std::string usage = CheckUsage(*f, *flags);
             if (!usage.empty()) return ReportUsageError(usage);
             auto options = flags->Options();
             if (!options.ok()) return ReportUsageError(options.status().message());
-            // Ctrl-C before the session exists ends the command; afterwards it cancels.
-            auto running = std::make_shared<std::atomic<Session*>>(nullptr);
-            InterruptWatcher watcher([running] {
-              if (Session* s = running->load()) {
-                s->Cancel();
-                return;
-              }
-              std::fputc('\n', stderr);
-              std::_Exit(kInterruptedExitCode);
-            });
+            auto so = flags->engine.Session();
+            if (!so.ok()) return ReportUsageError(so.status().message());
+            // Ctrl-C while loading ends the command; while generating it cancels; while the
+            // results are printed it is ignored, so they come out whole.
+            InterruptWatcher watcher;
             std::string text = f->prompt;
             if (f->given("--file")) {
               auto contents = ReadPromptFile(f->prompt_file);
@@ -298,8 +309,7 @@ Command AddRunCommand(CLI::App& root) {
             // -p "": the beginning-of-text token alone, as llama.cpp and llama2.c start.
             std::vector<int32_t> start_tokens;
             if (text.empty()) {
-              int32_t bos = tok->spec().bos_id;
-              if (bos < 0) bos = tok->FindToken("<|endoftext|>");
+              const int32_t bos = BeginningOfTextToken(*tok);
               if (bos < 0) {
                 return ReportUsageError(StrCat(
                     "the prompt is empty and ", flags->model,
@@ -307,8 +317,6 @@ Command AddRunCommand(CLI::App& root) {
               }
               start_tokens.push_back(bos);
             }
-            auto so = flags->engine.Session();
-            if (!so.ok()) return ReportError(so.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
@@ -319,15 +327,16 @@ Command AddRunCommand(CLI::App& root) {
             }
             std::unique_ptr<Constraint> constraint = std::move(*made);
             options->constraint = constraint.get();
-            running->store(&s);
+            if (choose_best && text.empty()) {
+              return ReportUsageError("--choice needs a prompt to score the candidates after");
+            }
+            watcher.Cancel(&s);
 
             StatusOr<GenerateResult> result = GenerateResult();
             Choice choice;
             if (choose_best) {
-              if (text.empty()) {
-                return ReportUsageError("--choice needs a prompt to score the candidates after");
-              }
               auto chosen = ChooseCandidate(s, text, choices, *options);
+              watcher.Ignore();
               if (!chosen.ok()) return ReportError(chosen.status());
               choice = std::move(*chosen);
               result = choice.result;
@@ -337,8 +346,8 @@ Command AddRunCommand(CLI::App& root) {
               result = start_tokens.empty()
                            ? s.Generate(std::string_view(text), *options, stream)
                            : s.Generate(std::span<const int32_t>(start_tokens), *options, stream);
+              watcher.Ignore();
             }
-            running->store(nullptr);
             if (!result.ok()) return ReportError(result.status());
             const bool cancelled = result->stop_reason == StopReason::kCancelled;
             const int exit_code = cancelled ? kInterruptedExitCode : 0;

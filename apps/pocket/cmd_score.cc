@@ -206,7 +206,7 @@ Command AddScoreCommand(CLI::App& root) {
             if (!prompt.ok()) return ReportError(prompt.status());
             if (head_form) {
               auto so = f->engine.Session();
-              if (!so.ok()) return ReportError(so.status());
+              if (!so.ok()) return ReportUsageError(so.status().message());
               auto session = Session::Create(*model, *so);
               if (!session.ok()) return ReportError(session.status());
               auto labels = (*session)->Classify(*prompt);
@@ -225,7 +225,7 @@ Command AddScoreCommand(CLI::App& root) {
               candidates = std::move(*tokens);
             }
             auto so = f->engine.Session();
-            if (!so.ok()) return ReportError(so.status());
+            if (!so.ok()) return ReportUsageError(so.status().message());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;

@@ -10,6 +10,7 @@
 
 #include "base/mapped_file.h"
 #include "common.h"
+#include "generation.h"
 
 namespace pocket::cli {
 
@@ -39,9 +40,6 @@ Command AddTokenizeCommand(CLI::App& root) {
   return {
       app, [=]() -> int {
         const bool from_prompt = prompt->count() > 0;
-        if (from_prompt && f->prompt.empty()) {
-          return ReportUsageError("-p is empty; give the text to tokenize");
-        }
         if (f->no_bos && !from_prompt) {
           return ReportUsageError("--no-bos applies to -p (stdin lines never get a BOS)");
         }
@@ -74,6 +72,15 @@ Command AddTokenizeCommand(CLI::App& root) {
           options.add_bos = tok->spec().add_bos && !f->no_bos;
           auto ids = tok->Encode(f->prompt, options);
           if (!ids.ok()) return ReportError(ids.status().WithContext("-p"));
+          if (f->prompt.empty() && !f->no_bos) {
+            // As run -p "": the beginning-of-text token alone.
+            const int32_t bos = BeginningOfTextToken(*tok);
+            if (bos < 0) {
+              return ReportUsageError(
+                  "-p is empty and the tokenizer has no beginning-of-text token to start from");
+            }
+            ids = std::vector<int32_t>{bos};
+          }
           std::cout << nlohmann::json({{"ids", *ids}}).dump() << '\n';
           std::cout.flush();
           return 0;

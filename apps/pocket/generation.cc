@@ -59,10 +59,10 @@ StatusOr<GenerateOptions> GenerationFlags::Options() const {
   if (seed >= 0) {
     o.sampling.seed = static_cast<uint64_t>(seed);
   } else {
-    // Drawn from the system, kept below 2^63 so that --seed can take it back.
+    // Drawn from the system: 32 bits (as llama.cpp's), so the printed seed survives every JSON
+    // reader (a double holds it exactly) and --seed takes it back.
     std::random_device device;
-    const uint64_t drawn = (static_cast<uint64_t>(device()) << 32) | device();
-    o.sampling.seed = drawn >> 1;
+    o.sampling.seed = device();
   }
   o.stop_strings = stop;
   POCKET_RETURN_IF_ERROR(o.sampling.Validate());
@@ -93,6 +93,11 @@ bool PrintPiece(std::string_view piece) {
   std::fwrite(piece.data(), 1, piece.size(), stdout);
   std::fflush(stdout);
   return true;
+}
+
+int32_t BeginningOfTextToken(const Tokenizer& tok) {
+  if (tok.spec().bos_id >= 0) return tok.spec().bos_id;
+  return tok.FindToken("<|endoftext|>");
 }
 
 StatusOr<ChatTemplate> ModelTemplate(const Model& model) {

@@ -41,6 +41,10 @@ struct GenerationFlags {
 void PrintStats(const GenerateResult& r);
 // Writes a piece of generated text to stdout at once.
 bool PrintPiece(std::string_view piece);
+// The token an empty prompt (-p "") starts from, as llama.cpp and llama2.c start: the tokenizer's
+// BOS, else "<|endoftext|>" (Qwen's document separator, llama.cpp's BOS for Qwen); -1 when
+// there is neither.
+int32_t BeginningOfTextToken(const Tokenizer& tok);
 // The model's chat template, or an error saying why there is none.
 StatusOr<ChatTemplate> ModelTemplate(const Model& model);
 

@@ -3,6 +3,11 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/session.h"
+
 namespace pocket::cli {
 namespace {
 
@@ -17,8 +22,7 @@ sigset_t WatchedSignals() {
 
 }  // namespace
 
-InterruptWatcher::InterruptWatcher(std::function<void()> on_interrupt)
-    : on_interrupt_(std::move(on_interrupt)) {
+InterruptWatcher::InterruptWatcher() {
   const sigset_t set = WatchedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   thread_ = std::thread([this] {
@@ -27,7 +31,7 @@ InterruptWatcher::InterruptWatcher(std::function<void()> on_interrupt)
       int sig = 0;
       if (sigwait(&watched, &sig) != 0) continue;
       if (sig != SIGINT) return;
-      on_interrupt_();
+      OnInterrupt();
     }
   });
 }
@@ -35,6 +39,27 @@ InterruptWatcher::InterruptWatcher(std::function<void()> on_interrupt)
 InterruptWatcher::~InterruptWatcher() {
   pthread_kill(thread_.native_handle(), SIGUSR2);
   thread_.join();
+}
+
+void InterruptWatcher::Set(Mode mode, Session* session) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  mode_ = mode;
+  session_ = session;
+}
+
+void InterruptWatcher::OnInterrupt() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  switch (mode_) {
+    case Mode::kCancel:
+      session_->Cancel();
+      return;
+    case Mode::kIgnore:
+      return;
+    case Mode::kExit:
+      std::fflush(stdout);
+      std::fputc('\n', stderr);
+      std::_Exit(kInterruptedExitCode);
+  }
 }
 
 }  // namespace pocket::cli

@@ -60,6 +60,12 @@ StatusOr<SessionOptions> EngineFlags::Session() const {
   if (!ParseKvType(kv_type, &o.kv_type)) {
     return InvalidArgumentError("--kv-type ", QuoteBytes(kv_type), " (expected f16, f32 or q8)");
   }
+  if (n_ctx < 1) return InvalidArgumentError("--ctx-size must be at least 1, got ", n_ctx);
+  if (n_batch < 1) return InvalidArgumentError("--batch must be at least 1, got ", n_batch);
+  if (n_threads < 0 || n_threads > 256) {
+    return InvalidArgumentError("--threads must be 0 (one per hardware thread) to 256, got ",
+                                n_threads);
+  }
   return o;
 }
 

@@ -1,5 +1,7 @@
 #include "convert/convert.h"
 
+#include "base/output_file.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -8,6 +10,7 @@
 
 #include "base/float16.h"
 #include "base/mapped_file.h"
+#include "base/output_file.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "format/npy_file.h"
@@ -421,6 +424,11 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
                                      const ConvertOptions& options) {
   Stopwatch watch;
   POCKET_RETURN_IF_ERROR(CheckConvertOptions(options));
+  // Refused before any work (the writer checks again when it creates the file).
+  std::vector<std::string> inputs = {input};
+  if (!options.tokenizer_path.empty()) inputs.push_back(options.tokenizer_path);
+  if (!options.classifier_head_path.empty()) inputs.push_back(options.classifier_head_path);
+  POCKET_RETURN_IF_ERROR(CheckNotAnInput(output, inputs));
   POCKET_ASSIGN_OR_RETURN(Encoding body, ParseEncoding(options.weights, "--weights"));
   POCKET_ASSIGN_OR_RETURN(
       Encoding emb, ParseEncoding(options.embedding.empty() ? options.weights : options.embedding,
@@ -526,9 +534,6 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
       options.progress(static_cast<int64_t>(done), static_cast<int64_t>(total), tensor);
     });
   }
-  std::vector<std::string> inputs = {input};
-  if (!options.tokenizer_path.empty()) inputs.push_back(options.tokenizer_path);
-  if (!options.classifier_head_path.empty()) inputs.push_back(options.classifier_head_path);
   POCKET_RETURN_IF_ERROR(writer.Write(output, inputs));
   ConvertReport report;
   report.groups = conv.TakeReport();

@@ -66,6 +66,17 @@ class Usage(unittest.TestCase):
             f.write("\n")
         self.usage_error(["run", *STORIES_ARGS, "-p", "x", "--grammar-file", empty], empty)
 
+    def test_empty_candidates_are_errors(self):
+        for choice in (",", "a,,b", " ,a"):
+            self.usage_error(["run", *STORIES_ARGS, "-p", "x", "--choice", choice], "--choice",
+                             "empty")
+
+    def test_engine_options_are_checked_before_loading(self):
+        missing = work_path("run-no-such-model.gguf")  # never opened: the options come first
+        for option, value in (("-c", "0"), ("-b", "0"), ("-t", "1000"), ("--kv-type", "q9")):
+            self.usage_error(["run", "-m", missing, "-p", "x", option, value], option)
+            self.usage_error(["chat", "-m", missing, option, value], option, input="")
+
     def test_prompt_options(self):
         self.usage_error(["run", *STORIES_ARGS], "-p", "-f")
         prompt = work_path("run-prompt.txt")
@@ -171,6 +182,8 @@ class Seeds(unittest.TestCase):
     def test_seed_is_reported_and_reproduces(self):
         r = run_json(["run", *STORIES_ARGS, "-p", "Once", "-n", "16", "--temp", "1"])
         self.assertIn("seed", r)
+        # 32 bits: exact in every JSON reader (jq and JavaScript read numbers as doubles).
+        self.assertLess(r["seed"], 2 ** 32)
         again = run_json(["run", *STORIES_ARGS, "-p", "Once", "-n", "16", "--temp", "1",
                           "--seed", str(r["seed"])])
         self.assertEqual(again["tokens"], r["tokens"])
@@ -209,6 +222,16 @@ class Choice(unittest.TestCase):
             differs += stream["text"] != best["text"]
         print(f"token-by-token choice differs from the best candidate in {differs} of "
               f"{len(self.CASES)} cases")
+
+    def test_a_budget_that_cuts_the_choice_is_an_error(self):
+        # Every candidate is several tokens long: one token of budget cuts any of them, in both
+        # modes (never a cut output).
+        candidates = [" was very happy", " ran away from home"]
+        for mode in ("best", "stream"):
+            p = run(["run", *STORIES_ARGS, "-p", "The cat", "--choice", ",".join(candidates),
+                     "--choice-mode", mode, "--temp", "0", "-n", "1"])
+            self.assertEqual(p.returncode, 1, (mode, p.stderr))
+            self.assertIn("budget", p.stderr)
 
     def test_sampling_follows_the_candidates_distribution(self):
         prompt, candidates = self.CASES[0]

@@ -200,6 +200,15 @@ class Tokenize(unittest.TestCase):
                            "--no-bos")
         self.assertEqual(json.loads(no_bos.stdout)["ids"], self.stdin_ids(text))
 
+    def test_empty_prompt_is_the_token_run_starts_from(self):
+        p = pocket_ok("tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "")
+        self.assertEqual(json.loads(p.stdout)["ids"], [1])
+        run = pocket_ok("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "", "-n", 1,
+                        "--temp", 0, "--json")
+        self.assertEqual(json.loads(run.stdout)["n_prompt_tokens"], 1)
+        p = pocket_ok("tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "", "--no-bos")
+        self.assertEqual(json.loads(p.stdout)["ids"], [])
+
     def test_prompt_without_bos_tokenizer(self):
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
         text = "<|im_start|>user hello"
@@ -262,7 +271,6 @@ class UsageAndHelp(unittest.TestCase):
             (["logits", "-m", STORIES, "--ids", "1,x", "-o", out], "not a token id"),
             (["logits", "-m", STORIES, "--ids", "", "-o", out], "--ids"),
             (["logits", "-m", STORIES, "--ids", "1", "-o", ""], "-o"),
-            (["tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", ""], "-p"),
             (["tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK, "--no-bos"], "--no-bos"),
             (["info", ""], "empty"),
             (["make-model", "--preset", "huge", "-o", work_path("x.gguf")], "unknown preset"),
