@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   using namespace pocket::cli;
   CLI::App app{
       "pocket: a small-language-model runtime for phone-class CPUs.\n"
-      "Models: GGUF files, Hugging Face directories (safetensors), llama2.c checkpoints."};
+      "Models: .pocket packages, GGUF files, Hugging Face directories (safetensors), llama2.c "
+      "checkpoints.\nUsage errors exit 2, errors while running 1, Ctrl-C 130."};
   app.set_version_flag("--version", "pocket 0.1.0");
   app.require_subcommand(1);
   app.fallthrough();
@@ -146,6 +147,10 @@ int main(int argc, char** argv) {
       AddLogitsCommand(app),     AddInfoCommand(app),    AddMakeModelCommand(app),
       AddBenchCommand(app),      AddConvertCommand(app), AddVerifyCommand(app),
       AddPruneVocabCommand(app), AddScoreCommand(app)};
+  // After the subcommands: a footer set earlier would be inherited by each of them.
+  SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
+                     "pocket chat -m model.pocket",
+                     "pocket convert model.gguf -o model.pocket && pocket bench -m model.pocket"});
   if (argc < 2) {
     std::fprintf(stderr, "%s", app.help().c_str());
     return ReportUsageError("give a command (pocket COMMAND --help describes each)");
