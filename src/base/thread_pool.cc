@@ -28,12 +28,12 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::Run(const std::function<void(int)>& fn) {
+void ThreadPool::Run(TaskRef fn) {
   if (n_threads_ == 1) {
     fn(0);
     return;
   }
-  job_ = &fn;
+  job_ = fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   // seq_cst on both sides (here and in WorkerLoop): either we see the worker's sleeping_
   // increment and notify, or the worker sees the new generation and does not sleep.
@@ -41,7 +41,6 @@ void ThreadPool::Run(const std::function<void(int)>& fn) {
   if (sleeping_.load() > 0) generation_.notify_all();
   fn(0);
   while (pending_.load(std::memory_order_acquire) != 0) POCKET_CPU_RELAX();
-  job_ = nullptr;
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -62,7 +61,7 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_relaxed)) return;
-    (*job_)(index);
+    job_(index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -6,11 +6,36 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace pocket {
+
+// A non-owning reference to a callable taking the thread index: two pointers, no allocation
+// (a std::function holding a lambda with more than two captured references allocates on the
+// heap, once per parallel region: dozens of times per decoded token). Valid while the callable
+// it was made from lives; ThreadPool::Run only uses it until it returns.
+class TaskRef {
+ public:
+  // Implicit, so Run([&](int t) { ... }) reads naturally; a temporary callable lives until the
+  // end of the full expression that calls Run, which is as long as Run uses it.
+  template <typename Fn>
+  requires(!std::is_same_v<std::remove_cvref_t<Fn>, TaskRef>) TaskRef(Fn&& fn)
+  noexcept  // NOLINT(google-explicit-constructor)
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(fn)))),
+        call_([](void* object, int thread_index) {
+          (*static_cast<std::remove_reference_t<Fn>*>(object))(thread_index);
+        }) {}
+  // Does nothing (the pool's job before the first Run).
+  TaskRef() noexcept : object_(nullptr), call_([](void*, int) {}) {}
+  void operator()(int thread_index) const { call_(object_, thread_index); }
+
+ private:
+  void* object_;
+  void (*call_)(void*, int);
+};
 
 class ThreadPool {
  public:
@@ -22,8 +47,8 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Runs fn(thread_index) once on every thread and returns when all are done.
-  void Run(const std::function<void(int thread_index)>& fn);
+  // Runs fn(thread_index) once on every thread and returns when all are done. Allocates nothing.
+  void Run(TaskRef fn);
 
   // Splits [0, n) into n_threads() contiguous ranges; fn(begin, end, thread_index) per range
   // (empty ranges are skipped). With one thread or n <= 1, runs inline.
@@ -51,7 +76,7 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;
+  TaskRef job_;                          // published by the generation_ bump that announces it
   std::atomic<uint64_t> generation_{0};  // bumped to publish a job
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<int> sleeping_{0};         // workers waiting on generation_
