@@ -13,32 +13,42 @@ size_t Constraint::AllowedMask(std::vector<uint64_t>* mask) {
   return allowed.size();
 }
 
+Status Constraint::Rollback(size_t n_tokens) {
+  const size_t n = n_accepted();
+  if (n_tokens > n) {
+    return InvalidArgumentError("cannot roll back ", n_tokens, " tokens: only ", n,
+                                " accepted since the start");
+  }
+  if (n_tokens > 0) RollbackTokens(n_tokens);
+  return Status::Ok();
+}
+
 namespace {
 
 class ChoiceConstraint final : public Constraint {
  public:
   ChoiceConstraint(const Tokenizer& tok, std::vector<std::string> choices)
-      : tok_(&tok), choices_(std::move(choices)) {
-    // Tokens by their bytes (several ids may spell the same bytes). Special tokens are left out.
-    for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
-      if (tok_->IsSpecial(id)) continue;
-      const std::string_view bytes = tok_->TokenBytes(id);
-      if (bytes.empty()) continue;
-      by_bytes_[std::string(bytes)].push_back(id);
-      max_token_bytes_ = std::max(max_token_bytes_, bytes.size());
-    }
+      : tables_(std::make_shared<const Tables>(tok, std::move(choices))) {}
+
+  void Reset() override {
+    text_.clear();
+    starts_.clear();
   }
 
-  void Reset() override { text_.clear(); }
+  std::unique_ptr<Constraint> Clone() const override {
+    return std::unique_ptr<Constraint>(new ChoiceConstraint(*this));
+  }
+
+  size_t n_accepted() const override { return starts_.size(); }
 
   const std::vector<int32_t>& Allowed() override {
     allowed_.clear();
-    for (const std::string& c : choices_) {
+    for (const std::string& c : tables_->choices) {
       if (c.size() <= text_.size() || c.compare(0, text_.size(), text_) != 0) continue;
       const std::string_view rest = std::string_view(c).substr(text_.size());
-      for (size_t len = 1; len <= rest.size() && len <= max_token_bytes_; ++len) {
-        auto it = by_bytes_.find(std::string(rest.substr(0, len)));
-        if (it != by_bytes_.end())
+      for (size_t len = 1; len <= rest.size() && len <= tables_->max_token_bytes; ++len) {
+        auto it = tables_->by_bytes.find(std::string(rest.substr(0, len)));
+        if (it != tables_->by_bytes.end())
           allowed_.insert(allowed_.end(), it->second.begin(), it->second.end());
       }
     }
@@ -48,11 +58,13 @@ class ChoiceConstraint final : public Constraint {
   }
 
   Status Accept(int32_t token) override {
-    const std::string_view bytes = tok_->TokenBytes(token);
+    const Tokenizer& tok = *tables_->tok;
+    const std::string_view bytes = tok.TokenBytes(token);
     const std::string next = text_ + std::string(bytes);
-    for (const std::string& c : choices_) {
-      if (!bytes.empty() && !tok_->IsSpecial(token) && c.size() >= next.size() &&
+    for (const std::string& c : tables_->choices) {
+      if (!bytes.empty() && !tok.IsSpecial(token) && c.size() >= next.size() &&
           c.compare(0, next.size(), next) == 0) {
+        starts_.push_back(text_.size());
         text_ = next;
         return Status::Ok();
       }
@@ -62,15 +74,41 @@ class ChoiceConstraint final : public Constraint {
   }
 
   bool Complete() const override {
-    return std::find(choices_.begin(), choices_.end(), text_) != choices_.end();
+    const std::vector<std::string>& choices = tables_->choices;
+    return std::find(choices.begin(), choices.end(), text_) != choices.end();
+  }
+
+ protected:
+  void RollbackTokens(size_t n_tokens) override {
+    const size_t keep = starts_.size() - n_tokens;
+    text_.resize(starts_[keep]);
+    starts_.resize(keep);
   }
 
  private:
-  const Tokenizer* tok_;
-  std::vector<std::string> choices_;
-  std::unordered_map<std::string, std::vector<int32_t>> by_bytes_;
-  size_t max_token_bytes_ = 0;
+  // Fixed when the constraint is made; shared by its clones.
+  struct Tables {
+    Tables(const Tokenizer& t, std::vector<std::string> c) : tok(&t), choices(std::move(c)) {
+      // Tokens by their bytes (several ids may spell the same bytes). Special tokens are left out.
+      for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+        if (tok->IsSpecial(id)) continue;
+        const std::string_view bytes = tok->TokenBytes(id);
+        if (bytes.empty()) continue;
+        by_bytes[std::string(bytes)].push_back(id);
+        max_token_bytes = std::max(max_token_bytes, bytes.size());
+      }
+    }
+    const Tokenizer* tok;
+    std::vector<std::string> choices;
+    std::unordered_map<std::string, std::vector<int32_t>> by_bytes;
+    size_t max_token_bytes = 0;
+  };
+
+  ChoiceConstraint(const ChoiceConstraint&) = default;
+
+  std::shared_ptr<const Tables> tables_;
   std::string text_;              // bytes accepted so far
+  std::vector<size_t> starts_;    // per accepted token: text_.size() before it
   std::vector<int32_t> allowed_;  // reused
 };
 

@@ -16,11 +16,30 @@
 
 namespace pocket {
 
+// A constraint is used from one thread at a time. Clones share immutable tables and (for grammars)
+// the lazily instantiated grammar rules and the mask cache, so a constraint and its clones must
+// not be used concurrently either.
 class Constraint {
  public:
   virtual ~Constraint() = default;
-  // Back to the start (before any token was accepted).
+  // Back to the start (before any token was accepted); forgets the accepted tokens, so
+  // n_accepted() is 0 and nothing can be rolled back.
   virtual void Reset() = 0;
+  // An independent copy in the same state, including the accepted tokens it can roll back:
+  // accepting or rolling back tokens on the copy does not affect the original, nor the reverse.
+  // Cheap: the compiled tables (token bytes, grammar, vocabulary trie, mask cache) are shared,
+  // only the state and its per-token history are copied (for speculative decoding: a drafter
+  // explores on a copy).
+  virtual std::unique_ptr<Constraint> Clone() const = 0;
+  // Tokens accepted since construction or the last Reset().
+  virtual size_t n_accepted() const = 0;
+  // Undoes the last `n_tokens` accepted tokens: Allowed(), AllowedMask(), Complete() and error()
+  // then behave exactly as after the first n_accepted() - n_tokens accepts (an error set while
+  // computing a mask after those is cleared with them). Rollback(0) changes nothing. Costs time in
+  // proportion to the work of the undone tokens, not to the whole output. More tokens than
+  // n_accepted() is an InvalidArgument error naming both numbers, and changes nothing. For
+  // speculative decoding: a verifier accepts the k drafted tokens and rolls back the rejected.
+  Status Rollback(size_t n_tokens);
   // The tokens allowed next (the stop tokens are handled by the caller: allowed exactly when
   // Complete()). Empty when nothing can extend the output.
   virtual const std::vector<int32_t>& Allowed() = 0;
@@ -34,6 +53,13 @@ class Constraint {
   // An error that stopped the constraint (e.g. an engine limit while computing a mask): then
   // Allowed() is empty and generation reports this error.
   virtual Status error() const { return Status::Ok(); }
+
+ protected:
+  Constraint() = default;
+  Constraint(const Constraint&) = default;  // for Clone
+  Constraint& operator=(const Constraint&) = default;
+  // Rollback's work, with 0 < n_tokens <= n_accepted() checked.
+  virtual void RollbackTokens(size_t n_tokens) = 0;
 };
 
 // The output is exactly one of `choices` (non-empty strings, valid UTF-8). Works over the bytes

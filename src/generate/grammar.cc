@@ -504,6 +504,14 @@ class Stacks {
     nodes_.push_back({{~0u, 1, 0}, 0});  // kContext
   }
   size_t size() const { return nodes_.size(); }
+  // Drops the stacks made after the first `n` (n >= 2): ids only refer to older ones (a parent is
+  // made before its children), so states made before then stay valid.
+  void Truncate(size_t n) {
+    while (nodes_.size() > n) {
+      index_.erase(Key{nodes_.back().frame, nodes_.back().parent});
+      nodes_.pop_back();
+    }
+  }
 
   uint32_t Push(Frame f, uint32_t parent) {
     Key k{f, parent};
@@ -695,6 +703,7 @@ struct Recognizer::Impl {
 Recognizer::Recognizer(Grammar* grammar) : impl_(std::make_unique<Impl>(grammar)) {
   (void)Reset();
 }
+Recognizer::Recognizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Recognizer::~Recognizer() = default;
 
 Status Recognizer::Reset() {
@@ -836,20 +845,47 @@ struct SegmentResult {
   }
 };
 
+// Segment results by key (see MaskForStack). A key names rules and trie nodes, never the
+// recognizer's stack ids, so an entry stays right after a rollback and for every clone sharing the
+// grammar (whose rule ids never change: lazy rules are only added).
+struct MaskCache {
+  std::unordered_map<std::string, SegmentResult> memo;
+  size_t bytes = 0;
+};
+
+std::shared_ptr<const Trie> BuildTrie(const Tokenizer& tok) {
+  auto trie = std::make_shared<Trie>();
+  trie->Build(tok);
+  return trie;
+}
+
 }  // namespace
 
 class GrammarConstraint final : public Constraint {
  public:
   GrammarConstraint(const Tokenizer& tok, std::unique_ptr<Grammar> g)
-      : tok_(&tok), grammar_(std::move(g)), recognizer_(grammar_.get()), walker_(grammar_.get()) {
-    trie_.Build(tok);
-    bufs_.resize(trie_.max_depth + 2);
+      : tok_(&tok),
+        grammar_(std::move(g)),
+        trie_(BuildTrie(tok)),
+        cache_(std::make_shared<MaskCache>()),
+        recognizer_(grammar_.get()),
+        walker_(grammar_.get()) {
+    bufs_.resize(trie_->max_depth + 2);
     words_ = (static_cast<size_t>(tok.vocab_size()) + 63) / 64;
   }
 
   Status Init() { return recognizer_.Reset(); }
 
-  void Reset() override { status_ = recognizer_.Reset(); }
+  void Reset() override {
+    status_ = recognizer_.Reset();
+    history_.clear();
+  }
+
+  std::unique_ptr<Constraint> Clone() const override {
+    return std::unique_ptr<Constraint>(new GrammarConstraint(*this));
+  }
+
+  size_t n_accepted() const override { return history_.size(); }
 
   const std::vector<int32_t>& Allowed() override {
     std::vector<uint64_t> mask;
@@ -886,18 +922,61 @@ class GrammarConstraint final : public Constraint {
     const std::string_view bytes = tok_->TokenBytes(token);
     if (bytes.empty() || tok_->IsSpecial(token))
       return InvalidArgumentError("token ", token, " cannot continue the grammar");
+    Recognizer::Impl& r = *recognizer_.impl_;
+    Checkpoint before{r.state, r.pending, r.machine.stacks().size()};
     POCKET_ASSIGN_OR_RETURN(bool ok, recognizer_.Feed(bytes));
     if (!ok) {
       return InvalidArgumentError("token ", token, " ", QuoteBytes(bytes),
                                   " cannot continue the grammar here");
     }
+    history_.push_back(std::move(before));
     return Status::Ok();
   }
 
   bool Complete() const override { return status_.ok() && recognizer_.Complete(); }
   Status error() const override { return status_; }
 
+ protected:
+  void RollbackTokens(size_t n_tokens) override {
+    const size_t keep = history_.size() - n_tokens;
+    Checkpoint& to = history_[keep];
+    Recognizer::Impl& r = *recognizer_.impl_;
+    r.state = std::move(to.state);
+    r.pending = std::move(to.pending);
+    // The stacks the undone tokens made (and any a refused token made since) go with them.
+    r.machine.stacks().Truncate(to.stacks);
+    history_.resize(keep);
+    // Every accept saw no error (Accept refuses after one), so neither did the state restored: an
+    // error of the engine's limits met after it belongs to the undone tokens.
+    r.machine.ClearError();
+    status_ = Status::Ok();
+  }
+
  private:
+  // The recognizer's state before an accepted token: its stack set and unfinished character, and
+  // how many stacks its arena held (the stacks made after are dropped on rollback).
+  struct Checkpoint {
+    std::vector<uint32_t> state;
+    std::string pending;
+    size_t stacks = 0;
+  };
+
+  // Clone: shares the grammar, the trie and the mask cache; copies the recognizer (its stacks
+  // arena and state) and the history; fresh scratch.
+  GrammarConstraint(const GrammarConstraint& other)
+      : Constraint(other),
+        tok_(other.tok_),
+        grammar_(other.grammar_),
+        trie_(other.trie_),
+        cache_(other.cache_),
+        recognizer_(std::make_unique<Recognizer::Impl>(*other.recognizer_.impl_)),
+        walker_(grammar_.get()),
+        words_(other.words_),
+        status_(other.status_),
+        history_(other.history_) {
+    bufs_.resize(trie_->max_depth + 2);
+  }
+
   // The segments of one stack of the recognizer's state, top down, each looked up in the cache.
   void MaskForStack(uint32_t s, const std::string& pending, std::vector<uint64_t>* mask) {
     Stacks& main = recognizer_.impl_->machine.stacks();
@@ -926,16 +1005,17 @@ class GrammarConstraint final : public Constraint {
         put(frames[i].idx);
       }
       key += bottom ? 'B' : 'C';
-      auto it = memo_.find(key);
-      if (it == memo_.end()) {
+      MaskCache& cache = *cache_;
+      auto it = cache.memo.find(key);
+      if (it == cache.memo.end()) {
         SegmentResult res = Walk(starts, first ? pending : std::string(), frames, nf, bottom);
         if (!status_.ok()) return;
-        memo_bytes_ += res.Bytes() + key.size();
-        if (memo_bytes_ > kMaxMemoBytes) {
-          memo_.clear();
-          memo_bytes_ = res.Bytes() + key.size();
+        cache.bytes += res.Bytes() + key.size();
+        if (cache.bytes > kMaxMemoBytes) {
+          cache.memo.clear();
+          cache.bytes = res.Bytes() + key.size();
         }
-        it = memo_.emplace(std::move(key), std::move(res)).first;
+        it = cache.memo.emplace(std::move(key), std::move(res)).first;
       }
       const SegmentResult& res = it->second;
       if (!res.dense.empty()) {
@@ -999,7 +1079,8 @@ class GrammarConstraint final : public Constraint {
   // the node were decided by the caller.
   void Visit(uint32_t node, const std::vector<uint32_t>& state, const std::string& pending,
              size_t depth) {
-    const Trie::Node& n = trie_.nodes[node];
+    const Trie& trie = *trie_;
+    const Trie::Node& n = trie.nodes[node];
     if (n.child_begin == n.child_end) return;
     // A stack ran out of the segment here: tokens going on need the segment below.
     if (pending.empty() && std::binary_search(state.begin(), state.end(), kContext))
@@ -1016,12 +1097,12 @@ class GrammarConstraint final : public Constraint {
     for (uint32_t e = n.child_begin; e < n.child_end; ++e) {
       buf.state = state;
       buf.pending = pending;
-      if (!walker_.Byte(&buf.state, &buf.pending, static_cast<char>(trie_.edge_byte[e]),
+      if (!walker_.Byte(&buf.state, &buf.pending, static_cast<char>(trie.edge_byte[e]),
                         &buf.scratch))
         continue;
-      const uint32_t child = trie_.edge_child[e];
-      const Trie::Node& c = trie_.nodes[child];
-      for (uint32_t t = c.tok_begin; t < c.tok_end; ++t) AcceptToken(trie_.tokens[t]);
+      const uint32_t child = trie.edge_child[e];
+      const Trie::Node& c = trie.nodes[child];
+      for (uint32_t t = c.tok_begin; t < c.tok_end; ++t) AcceptToken(trie.tokens[t]);
       Visit(child, buf.state, buf.pending, depth + 1);
     }
   }
@@ -1032,14 +1113,17 @@ class GrammarConstraint final : public Constraint {
   };
 
   const Tokenizer* tok_;
-  std::unique_ptr<Grammar> grammar_;
+  // Shared with clones: the grammar (its lazy rules are added as met, for all of them alike), the
+  // vocabulary trie (immutable) and the segment cache.
+  std::shared_ptr<Grammar> grammar_;
+  std::shared_ptr<const Trie> trie_;
+  std::shared_ptr<MaskCache> cache_;
   Recognizer recognizer_;
   Machine walker_;  // its own arena for the walks
-  Trie trie_;
   size_t words_ = 0;
   Status status_ = Status::Ok();
-  std::unordered_map<std::string, SegmentResult> memo_;
-  size_t memo_bytes_ = 0;
+  std::vector<Checkpoint> history_;  // one per accepted token
+  // Scratch of the walks.
   std::vector<uint64_t> accepted_bits_;
   size_t n_accepted_ = 0;
   std::vector<uint32_t> handed_on_;

@@ -165,11 +165,15 @@ class Recognizer {
  private:
   friend class GrammarConstraint;
   struct Impl;
+  explicit Recognizer(std::unique_ptr<Impl> impl);  // a copy's state (GrammarConstraint::Clone)
   std::unique_ptr<Impl> impl_;
 };
 
 // A constraint from a grammar: masks computed over a byte trie of the vocabulary, with per-position
-// caches (see grammar.cc). Owns the grammar. The tokenizer must outlive the constraint.
+// caches (see grammar.cc). Owns the grammar, shared with its clones (with the trie and the mask
+// cache); its lazy rules are instantiated for the constraint and its clones alike. Rollback keeps
+// a snapshot of the recognizer's state per accepted token and drops the parse stacks the undone
+// tokens made. The tokenizer must outlive the constraint and its clones.
 StatusOr<std::unique_ptr<Constraint>> MakeGrammarConstraint(const Tokenizer& tokenizer,
                                                             std::unique_ptr<Grammar> grammar);
 

@@ -30,12 +30,17 @@ Sampler::Sampler(const SamplerParams& params, int32_t vocab_size)
       rng_(params.seed),
       candidates_(static_cast<size_t>(vocab_size)),
       counts_(static_cast<size_t>(vocab_size), 0),
-      probs_(static_cast<size_t>(vocab_size)) {}
+      probs_(static_cast<size_t>(vocab_size)) {
+  if (HasPenalties()) work_.reserve(static_cast<size_t>(vocab_size));
+}
+
+bool Sampler::HasPenalties() const {
+  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+         params_.frequency_penalty != 0.0f;
+}
 
 void Sampler::ApplyPenalties(float* logits, std::span<const int32_t> recent) {
-  const bool any = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                   params_.frequency_penalty != 0.0f;
-  if (!any || params_.penalty_last_n == 0 || recent.empty()) return;
+  if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) return;
   const size_t n = std::min(recent.size(), static_cast<size_t>(params_.penalty_last_n));
   const std::span<const int32_t> window = recent.subspan(recent.size() - n);
   for (int32_t id : window) {
@@ -54,6 +59,17 @@ void Sampler::ApplyPenalties(float* logits, std::span<const int32_t> recent) {
 
 int32_t Sampler::Sample(float* logits, std::span<const int32_t> recent) {
   ApplyPenalties(logits, recent);
+  return Pick(logits);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> recent) {
+  if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) return Pick(logits.data());
+  work_.assign(logits.begin(), logits.begin() + vocab_size_);
+  ApplyPenalties(work_.data(), recent);
+  return Pick(work_.data());
+}
+
+int32_t Sampler::Pick(const float* logits) {
   if (params_.temperature == 0.0f) {
     int32_t best = 0;
     for (int32_t i = 1; i < vocab_size_; ++i) {

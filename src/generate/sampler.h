@@ -33,6 +33,9 @@ class Sampler {
   // Picks the next token from logits [vocab_size] (modified in place by the penalties).
   // `recent`: the tokens generated and prompted so far (the tail is used for penalties).
   int32_t Sample(float* logits, std::span<const int32_t> recent);
+  // The same on logits that stay as they are (a session's cached logits: a later call with the
+  // same context reuses them): the penalties, when any apply, work on a copy.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> recent);
 
   const SamplerParams& params() const { return params_; }
 
@@ -41,7 +44,9 @@ class Sampler {
     int32_t id;
     float logit;
   };
+  bool HasPenalties() const;
   void ApplyPenalties(float* logits, std::span<const int32_t> recent);
+  int32_t Pick(const float* logits);  // the chain after the penalties
 
   SamplerParams params_;
   int32_t vocab_size_;
@@ -49,6 +54,7 @@ class Sampler {
   std::vector<Candidate> candidates_;  // vocab_size entries, reused
   std::vector<int32_t> counts_;        // vocab_size, zero between calls
   std::vector<float> probs_;
+  std::vector<float> work_;  // the penalized copy (grown on first use)
 };
 
 }  // namespace pocket

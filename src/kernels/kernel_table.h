@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "quant/dtype.h"
 #include "quant/packed.h"
@@ -52,6 +53,13 @@ struct GemmOut {
   float* y = nullptr;
   int64_t ld = 0;  // row stride of y, in floats
   Epilogue epilogue = Epilogue::kStore;
+  // An optional term added to the matrix product before the epilogue (a LoRA delta B(Ax), ...):
+  // [n_tokens rows, row stride ld_add] indexed by logical output. kStore: y[t][r] = (W x)[r] +
+  // add[t][r]; kAccumulate: y[t][r] = y[t][r] + ((W x)[r] + add[t][r]); kSwiGlu (rows / 2 output
+  // columns j): gate_j + add[t][j] and up_j + add[t][rows / 2 + j] before silu(gate) * up.
+  // Null: no term (the results are exactly those without it).
+  const float* add = nullptr;
+  int64_t ld_add = 0;  // row stride of add, in floats
 };
 
 // KV cache storage of one layer and KV head. K is blocked by 16 positions and transposed inside a
@@ -64,6 +72,19 @@ std::string_view KvTypeName(KvType type);
 bool ParseKvType(std::string_view name, KvType* out);
 size_t KvElementBytes(KvType type);
 
+// The element type of a cache of type kType, as KvHeadView's accessors take it: float (kF32),
+// uint16_t (kF16 bits), int8_t (kQ8).
+template <KvType kType>
+using KvElement = std::conditional_t<kType == KvType::kF32, float,
+                                     std::conditional_t<kType == KvType::kF16, uint16_t, int8_t>>;
+
+// Positions per K block (K is transposed inside a block: row d holds dimension d of its positions).
+inline constexpr int64_t kKvBlockPositions = 16;
+
+// The KV layout accessors are forced inline (plain integer arithmetic): never an out-of-line copy
+// that an ISA translation unit could emit and the linker pick for generic code.
+#define POCKET_KV_ACCESSOR __attribute__((always_inline)) inline
+
 struct KvHeadView {
   KvType type = KvType::kF16;
   int32_t head_dim = 0;
@@ -71,7 +92,46 @@ struct KvHeadView {
   void* v = nullptr;
   float* k_scale = nullptr;  // kQ8 only: [n_ctx]
   float* v_scale = nullptr;
+
+  // The one place that knows where the cache's blocks and rows live: every kernel addresses K, V
+  // and the kQ8 scales through these (a block table for a paged cache changes only them).
+  // Addresses are computed in bytes from `type`'s element size; T is only the pointer type
+  // returned: KvElement<type> (possibly const), or char / uint8_t for byte addresses (prefetches).
+
+  // Bytes of one K or V element.
+  POCKET_KV_ACCESSOR constexpr int64_t ElementBytes() const {
+    return type == KvType::kF32 ? 4 : type == KvType::kF16 ? 2 : 1;
+  }
+  // Bytes of one K block (head_dim rows of 16 positions); also the bytes of a block's 16 V rows.
+  POCKET_KV_ACCESSOR constexpr int64_t BlockBytes() const {
+    return int64_t{head_dim} * kKvBlockPositions * ElementBytes();
+  }
+  // K block `block` (positions [16 block, 16 block + 16)): [head_dim][16] elements.
+  template <typename T>
+  POCKET_KV_ACCESSOR T* KeyBlock(int64_t block) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(k) + block * BlockBytes());
+  }
+  // Row d of K block `block`: 16 elements, one per position of the block.
+  template <typename T>
+  POCKET_KV_ACCESSOR T* KeyRow(int64_t block, int64_t d) const {
+    return reinterpret_cast<T*>(KeyBlock<uint8_t>(block) + d * kKvBlockPositions * ElementBytes());
+  }
+  // V row of position pos: head_dim elements (the rows of one block are consecutive).
+  template <typename T>
+  POCKET_KV_ACCESSOR T* ValueRow(int64_t pos) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(v) + pos * head_dim * ElementBytes());
+  }
+  // kQ8: the 16 K / V scales of block `block`, and the scale of position pos.
+  POCKET_KV_ACCESSOR float* KeyScales(int64_t block) const {
+    return k_scale + block * kKvBlockPositions;
+  }
+  POCKET_KV_ACCESSOR float* ValueScales(int64_t block) const {
+    return v_scale + block * kKvBlockPositions;
+  }
+  POCKET_KV_ACCESSOR float* KeyScale(int64_t pos) const { return k_scale + pos; }
+  POCKET_KV_ACCESSOR float* ValueScale(int64_t pos) const { return v_scale + pos; }
 };
+#undef POCKET_KV_ACCESSOR
 
 // Causal attention of query tokens [t_begin, t_end) (token t at absolute position pos0 + t) over
 // cache positions [0, pos0 + t], for the n_q_heads query heads that share one KV head.
@@ -91,7 +151,15 @@ struct AttentionTask {
   // invisible to the task's tokens. Both 0: plain causal attention.
   int64_t hidden_begin = 0;
   int64_t hidden_end = 0;
+  // Bidirectional attention within a segment (block drafters): every token of the task sees
+  // positions [0, visible_end) (minus the hidden range), its later tokens included. 0: causal.
+  int64_t visible_end = 0;
 };
+
+// One past the last position token t of a task sees: its own (causal), or the task's visible end.
+inline int64_t VisibleEnd(const AttentionTask& task, int64_t t) {
+  return task.visible_end > 0 ? task.visible_end : task.pos0 + t + 1;
+}
 
 // The positions of 16-position block b that a token seeing [0, n_pos) minus the task's hidden
 // range sees: bit j for position 16 b + j (0: none; then the block must be skipped).
@@ -169,7 +237,8 @@ struct KernelTable {
   // bf16, positions taken in chunks of 32, each chunk's scores in fp32 with the online softmax, and
   // the chunk's probabilities rounded to bf16 before they weight V (fp32 sums). Tasks it does not
   // take (other than an f16 KV cache, head sizes not a multiple of 32, a last block of fewer than
-  // 16 tokens) go to `attention`. The forward uses it for chunks of many tokens only; decode keeps
+  // 16 tokens) go to `attention`. Causal tasks only (visible_end 0): the forward sends others to
+  // `attention`. The forward uses it for chunks of many tokens only; decode keeps
   // the fp32 `attention`.
   void (*prefill_attention)(const AttentionTask& task, float* scratch) = nullptr;
 
@@ -193,5 +262,8 @@ struct KernelTable {
 
 // The scalar reference table: the ground truth every other table is tested against.
 const KernelTable& ReferenceKernels();
+
+// log(sum(exp(x[i]))) with the table's log_sum_exp, or the reference's where it has none.
+double LogSumExp(const KernelTable& k, const float* x, int64_t n);
 
 }  // namespace pocket

@@ -234,6 +234,212 @@ TEST_P(KernelsTest, PackedGemmSwiGluWithinTolerance) {
   }
 }
 
+// One token's rows of a quantized activation matrix, as a matrix of its own.
+QuantizedRows TokenRows(const QuantizedRows& a, int64_t t) {
+  QuantizedRows row = a;
+  row.q += t * a.cols;
+  row.scale += t * a.n_groups();
+  row.sum += t * a.n_groups();
+  row.n_tokens = 1;
+  return row;
+}
+
+// GemmOut::add: store and accumulate with the term equal the reference bit for bit (partial last
+// panel, every token path: decode, blocks, the rest); SwiGLU within the activation's tolerance,
+// and bit for bit the same whether the tokens run together or one at a time.
+TEST_P(KernelsTest, PackedGemmAddTermMatchesTheReference) {
+  const KernelTable& k = *GetParam();
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    for (int64_t n_tokens : {1, 3, 16, 37, 70}) {
+      const int32_t group = codes == PackedCodes::kU4 ? 64 : 32;
+      const int64_t cols = 512;
+      std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 61 + n_tokens);
+      Quantized a(n_tokens, cols, group);
+      reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+      {
+        const int64_t rows = 70, ld = rows + 3, ld_add = rows + 5;  // 5 panels, the last partial
+        RandomPacked w(codes, group, rows, cols, 62, codes == PackedCodes::kU4);
+        const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 63, 0.5f);
+        for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+          std::vector<float> want = Random(static_cast<size_t>(n_tokens * ld), 64), got = want;
+          reference::PackedGemm(w.m, a.rows, 1, 5, {want.data(), ld, e, add.data(), ld_add});
+          k.packed_gemm(w.m, a.rows, 1, 5, {got.data(), ld, e, add.data(), ld_add});
+          ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " tokens " << n_tokens
+                               << " epilogue " << int(e);
+        }
+      }
+      const int64_t rows = 128, half = rows / 2, ld = half + 3, ld_add = rows + 7;
+      RandomPacked w(codes, group, rows, cols, 65, codes == PackedCodes::kU4);
+      const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 66, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n_tokens * ld), 0.0f), got = want, one = want;
+      reference::PackedGemm(w.m, a.rows, 2, 8,
+                            {want.data(), ld, Epilogue::kSwiGlu, add.data(), ld_add});
+      k.packed_gemm(w.m, a.rows, 2, 8, {got.data(), ld, Epilogue::kSwiGlu, add.data(), ld_add});
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i]))
+            << k.name << " codes " << int(codes) << " tokens " << n_tokens << " at " << i;
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        k.packed_gemm(
+            w.m, TokenRows(a.rows, t), 2, 8,
+            {one.data() + t * ld, ld, Epilogue::kSwiGlu, add.data() + t * ld_add, ld_add});
+      }
+      ASSERT_EQ(got, one) << k.name << " codes " << int(codes) << " tokens " << n_tokens;
+    }
+  }
+}
+
+TEST_P(KernelsTest, PrefillGemmAddTermMatchesTheReference) {
+  const KernelTable& k = *GetParam();
+  if (k.prefill_gemm == nullptr) GTEST_SKIP() << k.name << " has no prefill_gemm";
+  for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
+    for (int64_t n_tokens : {32, 45, 70}) {
+      const int64_t cols = 512;
+      std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 71 + n_tokens, 3.0f);
+      Quantized a(n_tokens, cols, 128);
+      reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+      {
+        const int64_t rows = 70, ld = rows + 1, ld_add = rows + 9;
+        RandomPacked w(codes, 64, rows, cols, 72, n_tokens % 2 == 0);
+        const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 73, 0.5f);
+        for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+          std::vector<float> want = Random(static_cast<size_t>(n_tokens * ld), 74), got = want;
+          reference::PrefillGemm(w.m, a.rows, 0, 5, {want.data(), ld, e, add.data(), ld_add});
+          k.prefill_gemm(w.m, a.rows, 0, 5, {got.data(), ld, e, add.data(), ld_add});
+          ASSERT_EQ(want, got) << k.name << " codes " << int(codes) << " tokens " << n_tokens
+                               << " epilogue " << int(e);
+        }
+      }
+      const int64_t rows = 128, ld = rows / 2, ld_add = rows + 3;
+      RandomPacked w(codes, 64, rows, cols, 75, true);
+      const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 76, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n_tokens * ld), 0.0f), got = want;
+      reference::PrefillGemm(w.m, a.rows, 0, 8,
+                             {want.data(), ld, Epilogue::kSwiGlu, add.data(), ld_add});
+      k.prefill_gemm(w.m, a.rows, 0, 8, {got.data(), ld, Epilogue::kSwiGlu, add.data(), ld_add});
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i]))
+            << k.name << " codes " << int(codes) << " tokens " << n_tokens << " at " << i;
+      }
+    }
+  }
+}
+
+TEST_P(KernelsTest, DenseGemmAddTermIsBitExact) {
+  const KernelTable& k = *GetParam();
+  for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    const int64_t rows = 24, cols = 512, n_tokens = 7, ld_add = rows + 2;
+    std::vector<float> wf = Random(static_cast<size_t>(rows * cols), 81);
+    const size_t row_bytes = RowBytes(type, cols);
+    std::vector<uint8_t> wq(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, &wf[r * cols], &wq[r * row_bytes], cols);
+    WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 82);
+    const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 83);
+    std::vector<float> scratch(static_cast<size_t>(cols));
+    for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+      std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 84), got = want;
+      reference::DenseGemm(w, x.data(), cols, n_tokens, 1, rows - 2,
+                           {want.data(), rows, e, add.data(), ld_add}, scratch.data());
+      k.dense_gemm(w, x.data(), cols, n_tokens, 1, rows - 2,
+                   {got.data(), rows, e, add.data(), ld_add}, scratch.data());
+      ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " epilogue " << int(e);
+    }
+  }
+}
+
+// The reference defines the add term's arithmetic: kStore adds it to the product (one rounding),
+// kAccumulate adds that sum to y, and SwiGLU takes silu(gate + a) * (up + b), each term at its
+// logical output column; the same numbers, bit for bit, from the matrix's plain kStore outputs.
+TEST(ReferenceKernelsTest, AddTermIsTheProductPlusTheTerm) {
+  const int64_t rows = 96, cols = 256, n_tokens = 5, ld_add = rows + 4;
+  RandomPacked w(PackedCodes::kU4, 64, rows, cols, 91);
+  std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 92, 3.0f);
+  const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 93, 2.0f);
+  const std::vector<float> base = Random(static_cast<size_t>(n_tokens * rows), 94);
+  for (bool prefill : {false, true}) {
+    Quantized a(n_tokens, cols, prefill ? 128 : 64);
+    reference::QuantizeRows(x.data(), cols, n_tokens, cols, nullptr, 0.0f, &a.rows);
+    const auto gemm = prefill ? reference::PrefillGemm : reference::PackedGemm;
+    std::vector<float> plain(static_cast<size_t>(n_tokens * rows));
+    gemm(w.m, a.rows, 0, 6, {plain.data(), rows, Epilogue::kStore});
+    std::vector<float> stored(plain.size()), accumulated = base;
+    gemm(w.m, a.rows, 0, 6, {stored.data(), rows, Epilogue::kStore, add.data(), ld_add});
+    gemm(w.m, a.rows, 0, 6, {accumulated.data(), rows, Epilogue::kAccumulate, add.data(), ld_add});
+    const int64_t half = rows / 2;
+    std::vector<float> swiglu(static_cast<size_t>(n_tokens * half));
+    gemm(w.m, a.rows, 0, 6, {swiglu.data(), half, Epilogue::kSwiGlu, add.data(), ld_add});
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t i = static_cast<size_t>(t * rows + r);
+        const float sum = plain[i] + add[static_cast<size_t>(t * ld_add + r)];
+        ASSERT_EQ(stored[i], sum) << "prefill " << prefill << " token " << t << " row " << r;
+        ASSERT_EQ(accumulated[i], base[i] + sum) << "prefill " << prefill << " token " << t;
+      }
+      for (int64_t j = 0; j < half; ++j) {
+        // Output column j: gate row 32 (j / 16) + j % 16, up row that + 16.
+        const int64_t gate_row = 32 * (j / 16) + j % 16;
+        const float g = plain[static_cast<size_t>(t * rows + gate_row)] +
+                        add[static_cast<size_t>(t * ld_add + j)];
+        const float u = plain[static_cast<size_t>(t * rows + gate_row + 16)] +
+                        add[static_cast<size_t>(t * ld_add + half + j)];
+        ASSERT_EQ(swiglu[static_cast<size_t>(t * half + j)], reference::Silu(g) * u)
+            << "prefill " << prefill << " token " << t << " column " << j;
+      }
+    }
+  }
+  // Dense: the same store / accumulate arithmetic.
+  std::vector<float> wf = Random(static_cast<size_t>(rows * cols), 95);
+  WeightMatrix dense{DType::kF32, rows, cols, reinterpret_cast<const uint8_t*>(wf.data()),
+                     static_cast<size_t>(cols) * sizeof(float)};
+  std::vector<float> scratch(static_cast<size_t>(cols)), plain(base.size()), stored(base.size()),
+      accumulated = base;
+  reference::DenseGemm(dense, x.data(), cols, n_tokens, 0, rows, {plain.data(), rows},
+                       scratch.data());
+  reference::DenseGemm(dense, x.data(), cols, n_tokens, 0, rows,
+                       {stored.data(), rows, Epilogue::kStore, add.data(), ld_add}, scratch.data());
+  reference::DenseGemm(dense, x.data(), cols, n_tokens, 0, rows,
+                       {accumulated.data(), rows, Epilogue::kAccumulate, add.data(), ld_add},
+                       scratch.data());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(t * rows + r);
+      const float sum = plain[i] + add[static_cast<size_t>(t * ld_add + r)];
+      ASSERT_EQ(stored[i], sum) << "dense token " << t << " row " << r;
+      ASSERT_EQ(accumulated[i], base[i] + sum) << "dense token " << t << " row " << r;
+    }
+  }
+}
+
+// KvHeadView's accessors address the layout kernel_table.h documents: K [n_ctx / 16][head_dim][16],
+// V [n_ctx][head_dim], one scale per position.
+TEST(KvHeadViewTest, AccessorsAddressTheDocumentedLayout) {
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+    const int32_t hd = 40;
+    const int64_t n_ctx = 48;
+    const size_t elem = KvElementBytes(type);
+    std::vector<uint8_t> kbuf(static_cast<size_t>(n_ctx * hd) * elem), vbuf(kbuf.size());
+    std::vector<float> ks(n_ctx), vs(n_ctx);
+    const KvHeadView kv{type, hd, kbuf.data(), vbuf.data(), ks.data(), vs.data()};
+    EXPECT_EQ(static_cast<size_t>(kv.ElementBytes()), elem);
+    EXPECT_EQ(static_cast<size_t>(kv.BlockBytes()), 16 * hd * elem);
+    for (int64_t pos = 0; pos < n_ctx; ++pos) {
+      const int64_t b = pos / 16;
+      for (int64_t d = 0; d < hd; d += 7) {
+        const uint8_t* kb = kv.KeyRow<const uint8_t>(b, d) + (pos % 16) * elem;
+        ASSERT_EQ(kb, kbuf.data() + ((pos / 16) * hd * 16 + d * 16 + pos % 16) * elem);
+      }
+      ASSERT_EQ(kv.ValueRow<const uint8_t>(pos), vbuf.data() + pos * hd * elem);
+      ASSERT_EQ(kv.KeyScale(pos), ks.data() + pos);
+      ASSERT_EQ(kv.ValueScale(pos), vs.data() + pos);
+      ASSERT_EQ(kv.KeyScales(b) + pos % 16, ks.data() + pos);
+      ASSERT_EQ(kv.ValueScales(b) + pos % 16, vs.data() + pos);
+    }
+    ASSERT_EQ(kv.KeyBlock<const uint8_t>(2), kbuf.data() + 2 * 16 * hd * elem);
+    ASSERT_EQ(kv.KeyBlock<const float>(1), kv.KeyRow<const float>(1, 0));
+  }
+}
+
 TEST_P(KernelsTest, DenseGemmIsBitExact) {
   const KernelTable& k = *GetParam();
   for (int ti = 0; ti < static_cast<int>(DType::kCount); ++ti) {
@@ -328,34 +534,58 @@ TEST_P(KernelsTest, AttentionWithinTolerance) {
       // Hidden ranges (tree attention): none, unaligned across blocks, a whole block, and one
       // covering some of the tokens' own positions.
       const std::pair<int64_t, int64_t> hidden[] = {{0, 0}, {5, 40}, {16, 32}, {37, 45}, {20, 23}};
-      for (const auto& [hidden_begin, hidden_end] : hidden) {
-        for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
-          AttentionTask task{q.data(),
-                             ld,
-                             want.data(),
-                             ld,
-                             kv,
-                             n_q_heads,
-                             pos0,
-                             t0,
-                             std::min<int64_t>(n_tokens, t0 + 16),
-                             1.0f / std::sqrt(float(hd))};
-          task.hidden_begin = hidden_begin;
-          task.hidden_end = hidden_end;
-          reference::Attention(task, scratch.data());
-          task.out = got.data();
-          k.attention(task, scratch.data());
-        }
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t i = 0; i < n_q_heads * hd; ++i) {
-            const float a = want[static_cast<size_t>(t * ld + i)],
-                        b = got[static_cast<size_t>(t * ld + i)];
-            ASSERT_NEAR(a, b, 2e-5f + 2e-5f * std::fabs(a))
-                << k.name << " kv " << KvTypeName(type) << " hd " << hd << " hidden ["
-                << hidden_begin << ", " << hidden_end << ") token " << t << " i " << i;
+      // Causal, and bidirectional within the tokens (every token sees them all: visible_end).
+      for (const int64_t visible_end : {int64_t{0}, pos0 + n_tokens})
+        for (const auto& [hidden_begin, hidden_end] : hidden) {
+          for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
+            AttentionTask task{q.data(),
+                               ld,
+                               want.data(),
+                               ld,
+                               kv,
+                               n_q_heads,
+                               pos0,
+                               t0,
+                               std::min<int64_t>(n_tokens, t0 + 16),
+                               1.0f / std::sqrt(float(hd))};
+            task.hidden_begin = hidden_begin;
+            task.hidden_end = hidden_end;
+            task.visible_end = visible_end;
+            reference::Attention(task, scratch.data());
+            task.out = got.data();
+            k.attention(task, scratch.data());
+          }
+          if (visible_end > 0 && hidden_begin == 0 && hidden_end == 0) {
+            // The first token sees the later ones (its output differs from the causal one), the
+            // last sees exactly what it sees causally.
+            std::vector<float> causal(want.size());
+            for (int64_t t0 : {int64_t{0}, int64_t{16}}) {
+              AttentionTask c{q.data(),
+                              ld,
+                              causal.data(),
+                              ld,
+                              kv,
+                              n_q_heads,
+                              pos0,
+                              t0,
+                              std::min<int64_t>(n_tokens, t0 + 16),
+                              1.0f / std::sqrt(float(hd))};
+              reference::Attention(c, scratch.data());
+            }
+            EXPECT_NE(causal[0], want[0]) << "visible_end ignored";
+            const size_t last = static_cast<size_t>((n_tokens - 1) * ld);
+            EXPECT_EQ(causal[last], want[last]);
+          }
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t i = 0; i < n_q_heads * hd; ++i) {
+              const float a = want[static_cast<size_t>(t * ld + i)],
+                          b = got[static_cast<size_t>(t * ld + i)];
+              ASSERT_NEAR(a, b, 2e-5f + 2e-5f * std::fabs(a))
+                  << k.name << " kv " << KvTypeName(type) << " hd " << hd << " hidden ["
+                  << hidden_begin << ", " << hidden_end << ") token " << t << " i " << i;
+            }
           }
         }
-      }
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "kernels/select.h"
 
 #include "kernels/cpu_features.h"
+#include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
 
 namespace pocket {
@@ -63,6 +64,10 @@ StatusOr<const KernelTable*> SelectKernels(const KernelOptions& options) {
 const KernelTable& SelectKernels() {
   static const KernelTable* const kBest = *SelectKernels(KernelOptions());
   return *kBest;
+}
+
+double LogSumExp(const KernelTable& k, const float* x, int64_t n) {
+  return k.log_sum_exp != nullptr ? k.log_sum_exp(x, n) : reference::LogSumExp(x, n);
 }
 
 }  // namespace pocket

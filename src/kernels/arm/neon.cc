@@ -136,7 +136,9 @@ const float* RowAsFloat(const WeightMatrix& w, int64_t r, float* scratch) {
   }
 }
 
+// The epilogue of one result v of token t at row r (kStore / kAccumulate), with out.add's term.
 inline void StoreScalar(const GemmOut& out, int64_t t, int64_t r, float v) {
+  if (out.add != nullptr) v += out.add[t * out.ld_add + r];
   float& y = out.y[t * out.ld + r];
   y = out.epilogue == Epilogue::kAccumulate ? y + v : v;
 }

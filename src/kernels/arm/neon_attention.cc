@@ -19,19 +19,16 @@ namespace pocket {
 namespace arm {
 namespace {
 
-// Positions 4c..4c+3 of K row d of a block (16 positions), as floats; kQ8: unscaled codes (the
-// per-position scales are applied to the scores instead).
+// Positions 4c..4c+3 of one K row of a block (16 positions: KvHeadView::KeyRow), as floats; kQ8:
+// unscaled codes (the per-position scales are applied to the scores instead).
 template <KvType kType>
-inline void LoadKRow(const KvHeadView& kv, int64_t block, int64_t d, float32x4_t* k) {
-  const int64_t idx = block * kv.head_dim * 16 + d * 16;
+inline void LoadKRow(const KvElement<kType>* p, float32x4_t* k) {
   if constexpr (kType == KvType::kF32) {
-    const float* p = static_cast<const float*>(kv.k) + idx;
     for (int c = 0; c < 4; ++c) k[c] = vld1q_f32(p + 4 * c);
   } else if constexpr (kType == KvType::kF16) {
-    const uint16_t* p = static_cast<const uint16_t*>(kv.k) + idx;
     for (int c = 0; c < 4; ++c) k[c] = LoadF16(p + 4 * c);
   } else {
-    const int8x16_t q = vld1q_s8(static_cast<const int8_t*>(kv.k) + idx);
+    const int8x16_t q = vld1q_s8(p);
     const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
     k[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
     k[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
@@ -40,17 +37,16 @@ inline void LoadKRow(const KvHeadView& kv, int64_t block, int64_t d, float32x4_t
   }
 }
 
-// 4 values of V row pos starting at column c, as floats (kQ8: unscaled codes).
+// 4 values of a V row (KvHeadView::ValueRow) from column c, as floats (kQ8: unscaled codes).
 template <KvType kType>
-inline float32x4_t LoadV4(const KvHeadView& kv, int64_t pos, int64_t c) {
-  const int64_t idx = pos * kv.head_dim + c;
+inline float32x4_t LoadV4(const KvElement<kType>* v, int64_t c) {
   if constexpr (kType == KvType::kF32) {
-    return vld1q_f32(static_cast<const float*>(kv.v) + idx);
+    return vld1q_f32(v + c);
   } else if constexpr (kType == KvType::kF16) {
-    return LoadF16(static_cast<const uint16_t*>(kv.v) + idx);
+    return LoadF16(v + c);
   } else {
     int32_t bits;
-    memcpy(&bits, static_cast<const int8_t*>(kv.v) + idx, 4);
+    memcpy(&bits, v + c, 4);
     const int8x8_t q = vreinterpret_s8_s32(vdup_n_s32(bits));
     return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(q))));
   }
@@ -83,9 +79,10 @@ inline void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int
   float32x4_t s[kHeads][4];
   for (int h = 0; h < kHeads; ++h)
     for (int c = 0; c < 4; ++c) s[h][c] = vdupq_n_f32(0.0f);
+  const KvElement<kType>* kb = task.kv.KeyBlock<const KvElement<kType>>(b);
   for (int32_t d = 0; d < hd; ++d) {
     float32x4_t k[4];
-    LoadKRow<kType>(task.kv, b, d, k);
+    LoadKRow<kType>(kb + d * kKvBlockPositions, k);
     for (int h = 0; h < kHeads; ++h) {
       const float qd = q[(h0 + h) * hd + d];
       for (int c = 0; c < 4; ++c) s[h][c] = vfmaq_n_f32(s[h][c], k[c], qd);
@@ -94,9 +91,9 @@ inline void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, int
   float32x4_t kscale[4], vscale[4];
   for (int c = 0; c < 4; ++c) kscale[c] = vscale[c] = vdupq_n_f32(task.scale);
   if constexpr (kType == KvType::kQ8) {
-    LoadBlock16(task.kv.k_scale + 16 * b, valid, kscale);
+    LoadBlock16(task.kv.KeyScales(b), valid, kscale);
     for (int c = 0; c < 4; ++c) kscale[c] = vmulq_f32(kscale[c], vdupq_n_f32(task.scale));
-    LoadBlock16(task.kv.v_scale + 16 * b, valid, vscale);
+    LoadBlock16(task.kv.ValueScales(b), valid, vscale);
   }
   uint32x4_t in[4];  // visible positions (causal, not hidden)
   const uint32x4_t bit = {1, 2, 4, 8};
@@ -140,8 +137,9 @@ inline void AccumulateValues(const AttentionTask& task, int64_t b, int64_t valid
   for (int c = 0; c < kRegs; ++c) a[c] = vld1q_f32(acc + 4 * c);
   for (int64_t j = 0; j < valid; ++j) {
     const float p = sm.probs[h * 16 + j];
-    for (int c = 0; c < kRegs; ++c)
-      a[c] = vfmaq_n_f32(a[c], LoadV4<kType>(task.kv, 16 * b + j, c0 + 4 * c), p);
+    const KvElement<kType>* row =
+        task.kv.ValueRow<const KvElement<kType>>(kKvBlockPositions * b + j);
+    for (int c = 0; c < kRegs; ++c) a[c] = vfmaq_n_f32(a[c], LoadV4<kType>(row, c0 + 4 * c), p);
   }
   for (int c = 0; c < kRegs; ++c) vst1q_f32(acc + 4 * c, a[c]);
 }
@@ -150,7 +148,7 @@ template <KvType kType>
 void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
   const int32_t hd = task.kv.head_dim;
   const int32_t n_heads = task.n_q_heads;
-  const int64_t n_pos = task.pos0 + t + 1;
+  const int64_t n_pos = VisibleEnd(task, t);
   const int64_t n_blocks = (n_pos + 15) / 16;
   const float* q = task.q + t * task.ldq;
   // scratch: acc [n_heads][hd], running max [n_heads], sum [n_heads], probs [n_heads][16].
@@ -219,27 +217,30 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
     const int64_t p = pos + i;
     const float* kr = k + i * ldk;
     const float* vr = v + i * ldv;
-    const int64_t kbase = (p / 16) * hd * 16 + p % 16;
+    // Position p is lane p % 16 of K block p / 16 (KvHeadView::KeyRow).
+    const int64_t block = p / kKvBlockPositions, lane = p % kKvBlockPositions;
     switch (kv.type) {
-      case KvType::kF32:
-        for (int32_t d = 0; d < hd; ++d) static_cast<float*>(kv.k)[kbase + d * 16] = kr[d];
-        memcpy(static_cast<float*>(kv.v) + p * hd, vr, static_cast<size_t>(hd) * sizeof(float));
+      case KvType::kF32: {
+        float* kd = kv.KeyRow<float>(block, 0) + lane;
+        for (int32_t d = 0; d < hd; ++d) kd[d * kKvBlockPositions] = kr[d];
+        memcpy(kv.ValueRow<float>(p), vr, static_cast<size_t>(hd) * sizeof(float));
         break;
+      }
       case KvType::kF16: {
         // FCVTN rounds to nearest even with overflow to infinity, as FloatToFp16.
-        uint16_t* kd = static_cast<uint16_t*>(kv.k);
+        uint16_t* kd = kv.KeyRow<uint16_t>(block, 0) + lane;
+        uint16_t* vd = kv.ValueRow<uint16_t>(p);
         for (int32_t d = 0; d < hd; d += 4) {
           uint16_t h[4];
           vst1_u16(h, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(kr + d))));
-          for (int j = 0; j < 4; ++j) kd[kbase + (d + j) * 16] = h[j];
-          vst1_u16(static_cast<uint16_t*>(kv.v) + p * hd + d,
-                   vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(vr + d))));
+          for (int j = 0; j < 4; ++j) kd[(d + j) * kKvBlockPositions] = h[j];
+          vst1_u16(vd + d, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(vr + d))));
         }
         break;
       }
       case KvType::kQ8:
-        StoreQ8(kr, hd, static_cast<int8_t*>(kv.k) + kbase, 16, &kv.k_scale[p]);
-        StoreQ8(vr, hd, static_cast<int8_t*>(kv.v) + p * hd, 1, &kv.v_scale[p]);
+        StoreQ8(kr, hd, kv.KeyRow<int8_t>(block, 0) + lane, kKvBlockPositions, kv.KeyScale(p));
+        StoreQ8(vr, hd, kv.ValueRow<int8_t>(p), 1, kv.ValueScale(p));
         break;
     }
   }

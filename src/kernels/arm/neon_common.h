@@ -167,20 +167,42 @@ inline void PanelAccumulate(const PanelGeometry& geo, const uint8_t* panel, cons
   }
 }
 
-// Rows [row0, row0 + 16) of token t (those below `rows`), stored or accumulated.
+// Rows [row0, row0 + 16) of token t (those below `rows`), plus out.add's term, stored or
+// accumulated (y + (v + add)).
 inline void StorePanel(const GemmOut& out, int64_t t, int64_t row0, int64_t rows,
                        const float32x4_t* v) {
   float* y = out.y + t * out.ld + row0;
+  const float* add = out.add != nullptr ? out.add + t * out.ld_add + row0 : nullptr;
   const bool accumulate = out.epilogue == Epilogue::kAccumulate;
   if (rows - row0 >= 16) {
     for (int j = 0; j < 4; ++j) {
-      vst1q_f32(y + 4 * j, accumulate ? vaddq_f32(vld1q_f32(y + 4 * j), v[j]) : v[j]);
+      const float32x4_t vj = add != nullptr ? vaddq_f32(v[j], vld1q_f32(add + 4 * j)) : v[j];
+      vst1q_f32(y + 4 * j, accumulate ? vaddq_f32(vld1q_f32(y + 4 * j), vj) : vj);
     }
     return;
   }
   float tmp[16];
   for (int j = 0; j < 4; ++j) vst1q_f32(tmp + 4 * j, v[j]);
-  for (int64_t r = 0; r < rows - row0; ++r) y[r] = accumulate ? y[r] + tmp[r] : tmp[r];
+  for (int64_t r = 0; r < rows - row0; ++r) {
+    const float vr = add != nullptr ? tmp[r] + add[r] : tmp[r];
+    y[r] = accumulate ? y[r] + vr : vr;
+  }
+}
+
+// The SwiGLU epilogue of 16 outputs of token t from column j0 (of rows / 2): silu(gate) * up, the
+// add term's columns j0.. joining the gates and rows / 2 + j0.. the ups first.
+inline void StoreSwiGlu(const GemmOut& out, int64_t rows, int64_t t, int64_t j0,
+                        const float32x4_t* gate, const float32x4_t* up) {
+  float* y = out.y + t * out.ld + j0;
+  const float* add = out.add != nullptr ? out.add + t * out.ld_add + j0 : nullptr;
+  for (int j = 0; j < 4; ++j) {
+    float32x4_t g = gate[j], u = up[j];
+    if (add != nullptr) {
+      g = vaddq_f32(g, vld1q_f32(add + 4 * j));
+      u = vaddq_f32(u, vld1q_f32(add + rows / 2 + 4 * j));
+    }
+    vst1q_f32(y + 4 * j, vmulq_f32(Silu(g), u));
+  }
 }
 
 // Panels [panel_begin, panel_end) for the K::kTokens tokens starting at t0.
@@ -197,10 +219,8 @@ inline void PanelsForTokens(const PackedMatrix& w, const PanelGeometry& geo, con
       PanelAccumulate<K, kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, a, tok, gate);
       PanelAccumulate<K, kU4>(geo, w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, tok,
                               up);
-      for (int t = 0; t < kTokens; ++t) {
-        float* y = out.y + tok[t] * out.ld + (p / 2) * 16;
-        for (int j = 0; j < 4; ++j) vst1q_f32(y + 4 * j, vmulq_f32(Silu(gate[t][j]), up[t][j]));
-      }
+      for (int t = 0; t < kTokens; ++t)
+        StoreSwiGlu(out, w.layout.rows, tok[t], (p / 2) * 16, gate[t], up[t]);
     }
     return;
   }

@@ -67,12 +67,41 @@ float Silu(float x) {
   return x / (1.0f + std::exp(-x));
 }
 
+// The epilogue of one result v = (W x)[r] of token t (kStore / kAccumulate), with out.add's term.
 void StoreRow(const GemmOut& out, int64_t t, int64_t r, float v) {
+  if (out.add != nullptr) v += out.add[t * out.ld_add + r];
   float& y = out.y[t * out.ld + r];
   if (out.epilogue == Epilogue::kAccumulate) {
     y += v;
   } else {
     y = v;
+  }
+}
+
+// Writes one panel's results for token t through the epilogue (gate holds a SwiGLU pair's gate).
+// SwiGLU output column j = 16 (p / 2) + r takes the add term's columns j (gate) and rows / 2 + j
+// (up): pre = acc + add, then the activation on pre.
+void PanelEpilogue(const PackedLayout& l, const GemmOut& out, int64_t t, int64_t p, const float* y,
+                   float* gate) {
+  if (out.epilogue == Epilogue::kSwiGlu) {
+    if (p % 2 == 0) {
+      std::memcpy(gate, y, kPanelRows * sizeof(float));
+    } else {
+      for (int64_t r = 0; r < kPanelRows; ++r) {
+        const int64_t j = (p / 2) * kPanelRows + r;
+        float g = gate[r], u = y[r];
+        if (out.add != nullptr) {
+          g += out.add[t * out.ld_add + j];
+          u += out.add[t * out.ld_add + l.rows / 2 + j];
+        }
+        out.y[t * out.ld + j] = Silu(g) * u;
+      }
+    }
+    return;
+  }
+  for (int64_t r = 0; r < kPanelRows; ++r) {
+    const int64_t row = p * kPanelRows + r;
+    if (row < l.rows) StoreRow(out, t, row, y[r]);
   }
 }
 
@@ -100,40 +129,8 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
         }
         y[r] = acc_f;
       }
-      if (out.epilogue == Epilogue::kSwiGlu) {
-        if (p % 2 == 0) {
-          std::memcpy(gate, y, sizeof(gate));
-        } else {
-          for (int64_t r = 0; r < kPanelRows; ++r) {
-            out.y[t * out.ld + (p / 2) * kPanelRows + r] = Silu(gate[r]) * y[r];
-          }
-        }
-        continue;
-      }
-      for (int64_t r = 0; r < kPanelRows; ++r) {
-        const int64_t row = p * kPanelRows + r;
-        if (row < l.rows) StoreRow(out, t, row, y[r]);
-      }
+      PanelEpilogue(l, out, t, p, y, gate);
     }
-  }
-}
-
-// Writes one panel's results for token t through the epilogue (gate holds a SwiGLU pair's gate).
-void PanelEpilogue(const PackedLayout& l, const GemmOut& out, int64_t t, int64_t p, const float* y,
-                   float* gate) {
-  if (out.epilogue == Epilogue::kSwiGlu) {
-    if (p % 2 == 0) {
-      std::memcpy(gate, y, kPanelRows * sizeof(float));
-    } else {
-      for (int64_t r = 0; r < kPanelRows; ++r) {
-        out.y[t * out.ld + (p / 2) * kPanelRows + r] = Silu(gate[r]) * y[r];
-      }
-    }
-    return;
-  }
-  for (int64_t r = 0; r < kPanelRows; ++r) {
-    const int64_t row = p * kPanelRows + r;
-    if (row < l.rows) StoreRow(out, t, row, y[r]);
   }
 }
 
@@ -232,27 +229,26 @@ double LogSumExp(const float* x, int64_t n) {
 
 // One cache element of K at (pos, d) / V at (pos, d), as float.
 float LoadK(const KvHeadView& kv, int64_t pos, int64_t d) {
-  const int64_t idx = (pos / 16) * kv.head_dim * 16 + d * 16 + pos % 16;
+  const int64_t block = pos / kKvBlockPositions, lane = pos % kKvBlockPositions;
   switch (kv.type) {
     case KvType::kF32:
-      return static_cast<const float*>(kv.k)[idx];
+      return kv.KeyRow<const float>(block, d)[lane];
     case KvType::kF16:
-      return Fp16ToFloat(static_cast<const uint16_t*>(kv.k)[idx]);
+      return Fp16ToFloat(kv.KeyRow<const uint16_t>(block, d)[lane]);
     case KvType::kQ8:
-      return kv.k_scale[pos] * static_cast<const int8_t*>(kv.k)[idx];
+      return *kv.KeyScale(pos) * kv.KeyRow<const int8_t>(block, d)[lane];
   }
   return 0.0f;
 }
 
 float LoadV(const KvHeadView& kv, int64_t pos, int64_t d) {
-  const int64_t idx = pos * kv.head_dim + d;
   switch (kv.type) {
     case KvType::kF32:
-      return static_cast<const float*>(kv.v)[idx];
+      return kv.ValueRow<const float>(pos)[d];
     case KvType::kF16:
-      return Fp16ToFloat(static_cast<const uint16_t*>(kv.v)[idx]);
+      return Fp16ToFloat(kv.ValueRow<const uint16_t>(pos)[d]);
     case KvType::kQ8:
-      return kv.v_scale[pos] * static_cast<const int8_t*>(kv.v)[idx];
+      return *kv.ValueScale(pos) * kv.ValueRow<const int8_t>(pos)[d];
   }
   return 0.0f;
 }
@@ -275,25 +271,25 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
     const int64_t p = pos + i;
     const float* kr = k + i * ldk;
     const float* vr = v + i * ldv;
-    const int64_t kbase = (p / 16) * hd * 16 + p % 16;
+    // Position p is lane p % 16 of K block p / 16: element (p, d) at KeyRow(block, d)[lane].
+    const int64_t block = p / kKvBlockPositions, lane = p % kKvBlockPositions;
     switch (kv.type) {
       case KvType::kF32:
         for (int64_t d = 0; d < hd; ++d) {
-          static_cast<float*>(kv.k)[kbase + d * 16] = kr[d];
-          static_cast<float*>(kv.v)[p * hd + d] = vr[d];
+          kv.KeyRow<float>(block, d)[lane] = kr[d];
+          kv.ValueRow<float>(p)[d] = vr[d];
         }
         break;
       case KvType::kF16:
         for (int64_t d = 0; d < hd; ++d) {
-          static_cast<uint16_t*>(kv.k)[kbase + d * 16] = FloatToFp16(kr[d]);
-          static_cast<uint16_t*>(kv.v)[p * hd + d] = FloatToFp16(vr[d]);
+          kv.KeyRow<uint16_t>(block, d)[lane] = FloatToFp16(kr[d]);
+          kv.ValueRow<uint16_t>(p)[d] = FloatToFp16(vr[d]);
         }
         break;
       case KvType::kQ8:
-        StoreQ8Row(kr, static_cast<int32_t>(hd), static_cast<int8_t*>(kv.k) + kbase, 16,
-                   &kv.k_scale[p]);
-        StoreQ8Row(vr, static_cast<int32_t>(hd), static_cast<int8_t*>(kv.v) + p * hd, 1,
-                   &kv.v_scale[p]);
+        StoreQ8Row(kr, static_cast<int32_t>(hd), kv.KeyRow<int8_t>(block, 0) + lane,
+                   kKvBlockPositions, kv.KeyScale(p));
+        StoreQ8Row(vr, static_cast<int32_t>(hd), kv.ValueRow<int8_t>(p), 1, kv.ValueScale(p));
         break;
     }
   }
@@ -303,7 +299,7 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
 void Attention(const AttentionTask& task, float* scratch) {
   const int64_t hd = task.kv.head_dim;
   for (int64_t t = task.t_begin; t < task.t_end; ++t) {
-    const int64_t n_pos = task.pos0 + t + 1;
+    const int64_t n_pos = VisibleEnd(task, t);
     for (int32_t h = 0; h < task.n_q_heads; ++h) {
       const float* q = task.q + t * task.ldq + h * hd;
       float* out = task.out + t * task.ldo + h * hd;
@@ -339,7 +335,7 @@ void PrefillAttentionBf16(const AttentionTask& task, float* scratch) {
   const auto bf = [](float v) { return Bf16ToFloat(FloatToBf16(v)); };
   constexpr int64_t kChunk = 32;
   for (int64_t t = task.t_begin; t < task.t_end; ++t) {
-    const int64_t n_pos = task.pos0 + t + 1;
+    const int64_t n_pos = VisibleEnd(task, t);
     for (int32_t h = 0; h < task.n_q_heads; ++h) {
       const float* q = task.q + t * task.ldq + h * hd;
       float* out = task.out + t * task.ldo + h * hd;

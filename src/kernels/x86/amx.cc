@@ -5,10 +5,11 @@
 // with AMX and AVX-512 flags; used only when the CPU has AMX and the kernel granted tile data.
 #include <immintrin.h>
 
+#include <math.h>  // expf: std::exp would leave a weak AVX-512 copy in debug builds
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
@@ -176,21 +177,12 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
       for (int i = 0; i < 32; ++i) {
         const int64_t t = t0 + i;
         if (swiglu) {
-          const __m512 gate = _mm512_load_ps(acc[i][0]), up = _mm512_load_ps(acc[i][1]);
-          _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16,
-                           _mm512_mul_ps(avx512::Silu(gate), up));
+          avx512::StoreSwiGlu(out, rows, t, (p / 2) * 16, _mm512_load_ps(acc[i][0]),
+                              _mm512_load_ps(acc[i][1]));
           continue;
         }
-        for (int j = 0; j < n_panels; ++j) {
-          const int64_t row0 = (p + j) * 16;
-          const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
-          const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-          float* y = out.y + t * out.ld + row0;
-          __m512 v = _mm512_load_ps(acc[i][j]);
-          if (out.epilogue == Epilogue::kAccumulate)
-            v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-          _mm512_mask_storeu_ps(y, mask, v);
-        }
+        for (int j = 0; j < n_panels; ++j)
+          avx512::StorePanel(out, t, (p + j) * 16, rows, _mm512_load_ps(acc[i][j]));
       }
     }
   }
@@ -203,6 +195,7 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
     rest.n_tokens = a.n_tokens - full_tokens;
     GemmOut o = out;
     o.y += full_tokens * out.ld;
+    if (o.add != nullptr) o.add += full_tokens * out.ld_add;
     avx512::PackedGemm(w, rest, panel_begin, panel_end, o);
   }
 }
@@ -386,13 +379,18 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
   // their activation rows (the padding rows' results are dropped): a plain VNNI loop over the
   // requantized weights made an 80-token prompt slower than a 64-token one.
   const int64_t n_tail = a.n_tokens - full_tokens;
-  std::vector<int8_t> tail_q;
-  std::vector<float> tail_scale;
+  // Plain arrays, zeroed with memset: a std::vector<float> here would instantiate weak template
+  // copies (fill, construct) compiled with this file's AVX-512 flags, which the linker may pick
+  // for baseline callers (tests/isa: isa.kernel_objects).
+  std::unique_ptr<int8_t[]> tail_q;
+  std::unique_ptr<float[]> tail_scale;
   if (n_tail > 0) {
-    tail_q.assign(static_cast<size_t>(32 * cols), 0);
-    tail_scale.assign(static_cast<size_t>(32 * n_blocks), 0.0f);
-    std::memcpy(tail_q.data(), a.q + full_tokens * cols, static_cast<size_t>(n_tail * cols));
-    std::memcpy(tail_scale.data(), a.scale + full_tokens * n_blocks,
+    tail_q.reset(new int8_t[static_cast<size_t>(32 * cols)]);
+    tail_scale.reset(new float[static_cast<size_t>(32 * n_blocks)]);
+    std::memset(tail_q.get(), 0, static_cast<size_t>(32 * cols));
+    std::memset(tail_scale.get(), 0, static_cast<size_t>(32 * n_blocks) * sizeof(float));
+    std::memcpy(tail_q.get(), a.q + full_tokens * cols, static_cast<size_t>(n_tail * cols));
+    std::memcpy(tail_scale.get(), a.scale + full_tokens * n_blocks,
                 static_cast<size_t>(n_tail * n_blocks) * sizeof(float));
   }
   for (int64_t p = panel_begin; p < panel_end; p += 2) {
@@ -437,26 +435,19 @@ void PrefillGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_be
           const int64_t t = t_out0 + t0 + i;
           const __m512 gate = _mm512_mul_ps(_mm512_load_ps(acc[i][0]), d_rows[0]);
           if (swiglu) {
-            _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16,
-                             _mm512_mul_ps(avx512::Silu(gate),
-                                           _mm512_mul_ps(_mm512_load_ps(acc[i][1]), d_rows[1])));
+            avx512::StoreSwiGlu(out, rows, t, (p / 2) * 16, gate,
+                                _mm512_mul_ps(_mm512_load_ps(acc[i][1]), d_rows[1]));
             continue;
           }
           for (int j = 0; j < n_panels; ++j) {
-            const int64_t row0 = (p + j) * 16;
-            const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
-            const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-            float* y = out.y + t * out.ld + row0;
-            __m512 v = j == 0 ? gate : _mm512_mul_ps(_mm512_load_ps(acc[i][j]), d_rows[j]);
-            if (out.epilogue == Epilogue::kAccumulate)
-              v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-            _mm512_mask_storeu_ps(y, mask, v);
+            avx512::StorePanel(out, t, (p + j) * 16, rows,
+                               j == 0 ? gate : _mm512_mul_ps(_mm512_load_ps(acc[i][j]), d_rows[j]));
           }
         }
       }
     };
     run(a.q, a.scale, full_tokens / 32 * n_blocks, 0, full_tokens);
-    if (n_tail > 0) run(tail_q.data(), tail_scale.data(), n_blocks, full_tokens, n_tail);
+    if (n_tail > 0) run(tail_q.get(), tail_scale.get(), n_blocks, full_tokens, n_tail);
   }
   _tile_release();
 }
@@ -481,25 +472,25 @@ inline __m512i ToBf16Row(__m512 a, __m512 b) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
 }
 
+// Row d of K block `block` (16 positions), as floats.
 template <KvType kType>
 inline __m512 KRow(const KvHeadView& kv, int64_t block, int64_t d) {
-  const int64_t idx = block * kv.head_dim * 16 + d * 16;
+  const KvElement<kType>* k = kv.KeyRow<const KvElement<kType>>(block, d);
   if constexpr (kType == KvType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(kv.k) + idx);
+    return _mm512_loadu_ps(k);
   } else {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.k) + idx)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
   }
 }
 
+// 16 values of position pos's V row from column c, as floats.
 template <KvType kType>
 inline __m512 VRow16(const KvHeadView& kv, int64_t pos, int64_t c) {
-  const int64_t idx = pos * kv.head_dim + c;
+  const KvElement<kType>* v = kv.ValueRow<const KvElement<kType>>(pos) + c;
   if constexpr (kType == KvType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(kv.v) + idx);
+    return _mm512_loadu_ps(v);
   } else {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.v) + idx)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)));
   }
 }
 
@@ -605,7 +596,7 @@ void AttendTile(const AttentionTask& task, float* scratch) {
         const __m512 smax = _mm512_max_ps(s0, s1);
         if (_mm512_cmp_ps_mask(smax, _mm512_set1_ps(run_max[th]), _CMP_GT_OQ) != 0) {
           const float m = _mm512_reduce_max_ps(smax);
-          const __m512 corr = _mm512_set1_ps(std::exp(run_max[th] - m));
+          const __m512 corr = _mm512_set1_ps(expf(run_max[th] - m));
           run_max[th] = m;
           _mm512_store_ps(lsum + th * 16, _mm512_mul_ps(_mm512_load_ps(lsum + th * 16), corr));
           float* a = acc + th * hd;

@@ -20,21 +20,17 @@ namespace pocket {
 namespace avx2 {
 namespace {
 
-// K row d of block `block` (16 positions) as floats: lo = positions 0-7, hi = 8-15. For kQ8 the
-// per-position scales are applied to the scores instead.
+// One K row of a block (16 positions: KvHeadView::KeyRow) as floats: lo = positions 0-7, hi =
+// 8-15. For kQ8 the per-position scales are applied to the scores instead.
 template <KvType kType>
-inline void LoadKRow(const KvHeadView& kv, int64_t block, int64_t d, __m256* lo, __m256* hi) {
-  const int64_t idx = block * kv.head_dim * 16 + d * 16;
+inline void LoadKRow(const KvElement<kType>* k, __m256* lo, __m256* hi) {
   if constexpr (kType == KvType::kF32) {
-    const float* k = static_cast<const float*>(kv.k) + idx;
     *lo = _mm256_loadu_ps(k);
     *hi = _mm256_loadu_ps(k + 8);
   } else if constexpr (kType == KvType::kF16) {
-    const uint16_t* k = static_cast<const uint16_t*>(kv.k) + idx;
     *lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k)));
     *hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + 8)));
   } else {
-    const int8_t* k = static_cast<const int8_t*>(kv.k) + idx;
     *lo = _mm256_cvtepi32_ps(
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k))));
     *hi = _mm256_cvtepi32_ps(
@@ -42,18 +38,16 @@ inline void LoadKRow(const KvHeadView& kv, int64_t block, int64_t d, __m256* lo,
   }
 }
 
-// 8 values of V row pos starting at column c, as floats (kQ8: unscaled codes).
+// 8 values of a V row (KvHeadView::ValueRow) from column c, as floats (kQ8: unscaled codes).
 template <KvType kType>
-inline __m256 LoadV8(const KvHeadView& kv, int64_t pos, int64_t c) {
-  const int64_t idx = pos * kv.head_dim + c;
+inline __m256 LoadV8(const KvElement<kType>* v, int64_t c) {
   if constexpr (kType == KvType::kF32) {
-    return _mm256_loadu_ps(static_cast<const float*>(kv.v) + idx);
+    return _mm256_loadu_ps(v + c);
   } else if constexpr (kType == KvType::kF16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(kv.v) + idx)));
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c)));
   } else {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(kv.v) + idx))));
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + c))));
   }
 }
 
@@ -77,9 +71,10 @@ void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, uint32_t l
   __m256 s[2 * kHeads];
 #pragma GCC unroll 8
   for (int h = 0; h < 2 * kHeads; ++h) s[h] = _mm256_setzero_ps();
+  const KvElement<kType>* kb = task.kv.KeyBlock<const KvElement<kType>>(b);
   for (int32_t d = 0; d < hd; ++d) {
     __m256 klo, khi;
-    LoadKRow<kType>(task.kv, b, d, &klo, &khi);
+    LoadKRow<kType>(kb + d * kKvBlockPositions, &klo, &khi);
 #pragma GCC unroll 8
     for (int h = 0; h < kHeads; ++h) {
       const __m256 qd = _mm256_broadcast_ss(q + (h0 + h) * hd + d);
@@ -95,10 +90,12 @@ void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, uint32_t l
   __m256 scale_lo = _mm256_set1_ps(task.scale), scale_hi = scale_lo;
   __m256 vs_lo = _mm256_set1_ps(1.0f), vs_hi = vs_lo;
   if constexpr (kType == KvType::kQ8) {
-    scale_lo = _mm256_mul_ps(scale_lo, _mm256_maskload_ps(task.kv.k_scale + 16 * b, mlo));
-    scale_hi = _mm256_mul_ps(scale_hi, _mm256_maskload_ps(task.kv.k_scale + 16 * b + 8, mhi));
-    vs_lo = _mm256_maskload_ps(task.kv.v_scale + 16 * b, mlo);
-    vs_hi = _mm256_maskload_ps(task.kv.v_scale + 16 * b + 8, mhi);
+    const float* ks = task.kv.KeyScales(b);
+    const float* vs = task.kv.ValueScales(b);
+    scale_lo = _mm256_mul_ps(scale_lo, _mm256_maskload_ps(ks, mlo));
+    scale_hi = _mm256_mul_ps(scale_hi, _mm256_maskload_ps(ks + 8, mhi));
+    vs_lo = _mm256_maskload_ps(vs, mlo);
+    vs_hi = _mm256_maskload_ps(vs + 8, mhi);
   }
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
   const __m256 flo = _mm256_castsi256_ps(mlo), fhi = _mm256_castsi256_ps(mhi);
@@ -139,10 +136,11 @@ void AccumulateV(const AttentionTask& task, int64_t b, int64_t valid, int32_t h0
     for (int c = 0; c < kCols; ++c)
       a[h * kCols + c] = _mm256_loadu_ps(st.acc + (h0 + h) * hd + c0 + 8 * c);
   for (int64_t j = 0; j < valid; ++j) {
-    const int64_t pos = 16 * b + j;
+    const KvElement<kType>* row =
+        task.kv.ValueRow<const KvElement<kType>>(kKvBlockPositions * b + j);
     __m256 v[kCols];
 #pragma GCC unroll 16
-    for (int c = 0; c < kCols; ++c) v[c] = LoadV8<kType>(task.kv, pos, c0 + 8 * c);
+    for (int c = 0; c < kCols; ++c) v[c] = LoadV8<kType>(row, c0 + 8 * c);
 #pragma GCC unroll 16
     for (int h = 0; h < kHeads; ++h) {
       const __m256 p = _mm256_broadcast_ss(st.probs + (h0 + h) * 16 + j);
@@ -184,7 +182,7 @@ template <KvType kType>
 void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
   const int32_t hd = task.kv.head_dim;
   const int32_t n_heads = task.n_q_heads;
-  const int64_t n_pos = task.pos0 + t + 1;
+  const int64_t n_pos = VisibleEnd(task, t);
   const int64_t n_blocks = (n_pos + 15) / 16;
   const float* q = task.q + t * task.ldq;
   TokenState st;
@@ -275,21 +273,23 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
     const int64_t p = pos + i;
     const float* kr = k + i * ldk;
     const float* vr = v + i * ldv;
-    const int64_t kbase = (p / 16) * hd * 16 + p % 16;
+    // Position p is lane p % 16 of K block p / 16 (KvHeadView::KeyRow).
+    const int64_t block = p / kKvBlockPositions, lane = p % kKvBlockPositions;
     switch (kv.type) {
-      case KvType::kF32:
-        for (int32_t d = 0; d < hd; ++d) static_cast<float*>(kv.k)[kbase + d * 16] = kr[d];
-        std::memcpy(static_cast<float*>(kv.v) + p * hd, vr,
-                    static_cast<size_t>(hd) * sizeof(float));
+      case KvType::kF32: {
+        float* kd = kv.KeyRow<float>(block, 0) + lane;
+        for (int32_t d = 0; d < hd; ++d) kd[d * kKvBlockPositions] = kr[d];
+        std::memcpy(kv.ValueRow<float>(p), vr, static_cast<size_t>(hd) * sizeof(float));
         break;
+      }
       case KvType::kF16: {
-        uint16_t* kd = static_cast<uint16_t*>(kv.k);
-        uint16_t* vd = static_cast<uint16_t*>(kv.v) + p * hd;
+        uint16_t* kd = kv.KeyRow<uint16_t>(block, 0) + lane;
+        uint16_t* vd = kv.ValueRow<uint16_t>(p);
         for (int32_t d = 0; d < hd; d += 8) {
           alignas(16) uint16_t h[8];
           _mm_store_si128(reinterpret_cast<__m128i*>(h),
                           _mm256_cvtps_ph(LoadN(kr + d, hd - d), _MM_FROUND_TO_NEAREST_INT));
-          for (int32_t j = 0; j < 8 && d + j < hd; ++j) kd[kbase + (d + j) * 16] = h[j];
+          for (int32_t j = 0; j < 8 && d + j < hd; ++j) kd[(d + j) * kKvBlockPositions] = h[j];
           const __m128i hv = _mm256_cvtps_ph(LoadN(vr + d, hd - d), _MM_FROUND_TO_NEAREST_INT);
           if (d + 8 <= hd) {
             _mm_storeu_si128(reinterpret_cast<__m128i*>(vd + d), hv);
@@ -301,8 +301,8 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
         break;
       }
       case KvType::kQ8:
-        StoreQ8(kr, hd, static_cast<int8_t*>(kv.k) + kbase, 16, &kv.k_scale[p]);
-        StoreQ8(vr, hd, static_cast<int8_t*>(kv.v) + p * hd, 1, &kv.v_scale[p]);
+        StoreQ8(kr, hd, kv.KeyRow<int8_t>(block, 0) + lane, kKvBlockPositions, kv.KeyScale(p));
+        StoreQ8(vr, hd, kv.ValueRow<int8_t>(p), 1, kv.ValueScale(p));
         break;
     }
   }

@@ -156,13 +156,26 @@ inline void PanelHalf(const PanelGeometry& geo, const uint8_t* panel, int half,
   }
 }
 
-// Stores 8 results of token t at rows row0.. (fewer at the end of the matrix).
+// Stores 8 results of token t at rows row0.. (fewer at the end of the matrix), plus out.add's term.
 inline void StoreHalf(const GemmOut& out, int64_t t, int64_t row0, int64_t rows, __m256 v) {
   const int64_t n = rows - row0;
   if (n <= 0) return;
+  if (out.add != nullptr) v = _mm256_add_ps(v, LoadN(out.add + t * out.ld_add + row0, n));
   float* y = out.y + t * out.ld + row0;
   if (out.epilogue == Epilogue::kAccumulate) v = _mm256_add_ps(LoadN(y, n), v);
   StoreN(y, n, v);
+}
+
+// The SwiGLU epilogue of 8 outputs of token t from column j0 (of rows / 2): silu(gate) * up, the
+// add term's columns j0.. joining the gates and rows / 2 + j0.. the ups first.
+inline void StoreSwiGlu(const GemmOut& out, int64_t rows, int64_t t, int64_t j0, __m256 gate,
+                        __m256 up) {
+  if (out.add != nullptr) {
+    const float* add = out.add + t * out.ld_add + j0;
+    gate = _mm256_add_ps(gate, _mm256_loadu_ps(add));
+    up = _mm256_add_ps(up, _mm256_loadu_ps(add + rows / 2));
+  }
+  _mm256_storeu_ps(out.y + t * out.ld + j0, _mm256_mul_ps(Silu(gate), up));
 }
 
 // Panels [panel_begin, panel_end), tokens [t_begin, t_end): panel by panel, so a panel's weights
@@ -187,10 +200,8 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
           __m256 up[kTokens];
           PanelHalf<kU4, kTokens, kGroup>(geo, up_panel, half, a, t, up);
 #pragma GCC unroll 8
-          for (int j = 0; j < kTokens; ++j) {
-            _mm256_storeu_ps(out.y + (t + j) * out.ld + (p / 2) * 16 + 8 * half,
-                             _mm256_mul_ps(Silu(acc[j]), up[j]));
-          }
+          for (int j = 0; j < kTokens; ++j)
+            StoreSwiGlu(out, rows, t + j, (p / 2) * 16 + 8 * half, acc[j], up[j]);
         } else {
 #pragma GCC unroll 8
           for (int j = 0; j < kTokens; ++j) StoreHalf(out, t + j, p * 16 + 8 * half, rows, acc[j]);
@@ -294,9 +305,8 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
     DecodeTwoPanels<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes,
                          w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t, r);
     if (out.epilogue == Epilogue::kSwiGlu) {  // (gate, up) pair
-      float* y = out.y + t * out.ld + (p / 2) * 16;
-      _mm256_storeu_ps(y, _mm256_mul_ps(Silu(r[0]), r[2]));
-      _mm256_storeu_ps(y + 8, _mm256_mul_ps(Silu(r[1]), r[3]));
+      StoreSwiGlu(out, rows, t, (p / 2) * 16, r[0], r[2]);
+      StoreSwiGlu(out, rows, t, (p / 2) * 16 + 8, r[1], r[3]);
     } else {
       for (int i = 0; i < 4; ++i) StoreHalf(out, t, p * 16 + 8 * i, rows, r[i]);
     }

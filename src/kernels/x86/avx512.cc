@@ -5,6 +5,7 @@
 // AVX-512 copy the linker could pick for baseline callers).
 #include <immintrin.h>
 
+#include <math.h>  // sqrtf: std::sqrt would leave a weak AVX-512 copy in debug builds
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,7 +31,7 @@ void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
     __m512 inv_rms = _mm512_set1_ps(1.0f);
     if (norm_weight != nullptr) {
       const float mean = SumOfSquares(row, cols) / static_cast<float>(cols);
-      inv_rms = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+      inv_rms = _mm512_set1_ps(1.0f / sqrtf(mean + eps));
     }
     int8_t* q_row = out->q + t * cols;
     for (int64_t g = 0; g < n_groups; ++g) {
@@ -174,14 +175,6 @@ inline void PanelTokens(const PanelGeometry& geo, const uint8_t* panel, const Qu
   }
 }
 
-inline void StorePanel(const GemmOut& out, int64_t t, int64_t row0, int64_t rows, __m512 v) {
-  const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
-  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
-  float* y = out.y + t * out.ld + row0;
-  if (out.epilogue == Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-  _mm512_mask_storeu_ps(y, mask, v);
-}
-
 template <int kTokens>
 void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a, int64_t t0,
                 int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
@@ -191,10 +184,8 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
       __m512 gate[kTokens], up[kTokens];
       PanelTokens<kTokens>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, a, t0, gate);
       PanelTokens<kTokens>(geo, w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t0, up);
-      for (int t = 0; t < kTokens; ++t) {
-        _mm512_storeu_ps(out.y + (t0 + t) * out.ld + (p / 2) * 16,
-                         _mm512_mul_ps(Silu(gate[t]), up[t]));
-      }
+      for (int t = 0; t < kTokens; ++t)
+        StoreSwiGlu(out, rows, t0 + t, (p / 2) * 16, gate[t], up[t]);
     }
     return;
   }
@@ -293,7 +284,7 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
     DecodeTwoPanels<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes,
                          w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, a, t, &r0, &r1);
     if (out.epilogue == Epilogue::kSwiGlu) {  // (gate, up) pair
-      _mm512_storeu_ps(out.y + t * out.ld + (p / 2) * 16, _mm512_mul_ps(Silu(r0), r1));
+      StoreSwiGlu(out, rows, t, (p / 2) * 16, r0, r1);
     } else {
       StorePanel(out, t, p * 16, rows, r0);
       StorePanel(out, t, (p + 1) * 16, rows, r1);
@@ -389,10 +380,8 @@ void BlockRange(const PackedMatrix& w, const PanelGeometry& geo, const TokenBloc
     for (int64_t p = panel_begin; p < panel_end; p += 2) {
       PanelBlock<kU4>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, blk, acc);
       PanelBlock<kU4>(geo, w.data + static_cast<size_t>(p + 1) * geo.panel_bytes, blk, up);
-      for (int t = 0; t < kBlockTokens; ++t) {
-        _mm512_storeu_ps(out.y + (t0 + t) * out.ld + (p / 2) * 16,
-                         _mm512_mul_ps(Silu(acc[t]), up[t]));
-      }
+      for (int t = 0; t < kBlockTokens; ++t)
+        StoreSwiGlu(out, rows, t0 + t, (p / 2) * 16, acc[t], up[t]);
     }
     return;
   }
@@ -515,7 +504,7 @@ void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tok
 
 void Rmsnorm(const float* x, const float* weight, float eps, int64_t n, float* y) {
   const float mean = SumOfSquares(x, n) / static_cast<float>(n);
-  const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+  const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(mean + eps));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = MaskFor(n - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);

@@ -7,6 +7,7 @@
 // the value rows are accumulated into registers a few heads at a time.
 #include <immintrin.h>
 
+#include <math.h>  // expf: std::exp would leave a weak AVX-512 copy in debug builds
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,34 +20,30 @@ namespace pocket {
 namespace avx512 {
 namespace {
 
-// K row d of the block starting at position p0 (16 positions) as floats; for kQ8 the per-position
+// One K row of a block (16 positions: KvHeadView::KeyRow) as floats; for kQ8 the per-position
 // scales are applied to the scores instead.
 template <KvType kType>
-inline __m512 LoadKRow(const KvHeadView& kv, int64_t block, int64_t d) {
-  const int64_t idx = block * kv.head_dim * 16 + d * 16;
+inline __m512 LoadKRow(const KvElement<kType>* k) {
   if constexpr (kType == KvType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(kv.k) + idx);
+    return _mm512_loadu_ps(k);
   } else if constexpr (kType == KvType::kF16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.k) + idx)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
   } else {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(kv.k) + idx))));
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k))));
   }
 }
 
-// 16 values of V row pos starting at column c, as floats (kQ8: unscaled codes).
+// 16 values of a V row (KvHeadView::ValueRow) from column c, as floats (kQ8: unscaled codes).
 template <KvType kType>
-inline __m512 LoadV16(const KvHeadView& kv, int64_t pos, int64_t c) {
-  const int64_t idx = pos * kv.head_dim + c;
+inline __m512 LoadV16(const KvElement<kType>* v, int64_t c) {
   if constexpr (kType == KvType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(kv.v) + idx);
+    return _mm512_loadu_ps(v + c);
   } else if constexpr (kType == KvType::kF16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(kv.v) + idx)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
   } else {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(kv.v) + idx))));
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c))));
   }
 }
 
@@ -165,7 +162,11 @@ inline void AccumulateValuesAll(float* acc, int32_t n_heads, int32_t hd, const f
 // grows.
 template <KvType kType>
 void AttendTokens(const AttentionTask& task, float* scratch) {
-  const int32_t hd = task.kv.head_dim;
+  // A local copy of the view: the vector stores below cannot alias it, so its fields stay in
+  // registers; its type is kType (the dispatch below), which folds the accessors' element size.
+  KvHeadView kv = task.kv;
+  kv.type = kType;
+  const int32_t hd = kv.head_dim;
   const int32_t n_heads = task.n_q_heads;
   const int64_t nt = task.t_end - task.t_begin;
   const int32_t nc = hd / 16;
@@ -180,18 +181,19 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
   for (int64_t i = 0; i < nt * n_heads * hd; ++i) acc[i] = 0.0f;
   for (int64_t i = 0; i < nt * n_heads * 16; ++i) lsum[i] = 0.0f;
   for (int64_t i = 0; i < nt * n_heads; ++i) run_max[i] = -INFINITY;
-  const int64_t last_pos = task.pos0 + task.t_end - 1;
+  const int64_t last_pos = VisibleEnd(task, task.t_end - 1) - 1;
   const __m512 vscale = _mm512_set1_ps(task.scale);
-  // Keys and values of a block: bytes per element, and the distance the prefetches run ahead.
-  constexpr int64_t kElem = kType == KvType::kF32 ? 4 : kType == KvType::kF16 ? 2 : 1;
+  // Keys and values of a block: bytes (K's block, or its 16 V rows), and the distance the
+  // prefetches run ahead.
+  using Elem = KvElement<kType>;
   constexpr int64_t kAhead = 2;
-  const int64_t block_bytes = 16 * hd * kElem;
+  const int64_t block_bytes = kv.BlockBytes();
   for (int64_t b = 0; b <= last_pos / 16; ++b) {
     // The cache was evicted by the weights streamed since this layer's last step: fetch the
     // blocks ahead, so the loads below do not wait on memory one line at a time.
     if (b + kAhead <= last_pos / 16) {
-      const char* kn = static_cast<const char*>(task.kv.k) + (b + kAhead) * block_bytes;
-      const char* vn = static_cast<const char*>(task.kv.v) + (b + kAhead) * block_bytes;
+      const char* kn = kv.KeyBlock<const char>(b + kAhead);
+      const char* vn = kv.ValueRow<const char>(kKvBlockPositions * (b + kAhead));
       for (int64_t off = 0; off < block_bytes; off += 64) {
         _mm_prefetch(kn + off, _MM_HINT_T0);
         _mm_prefetch(vn + off, _MM_HINT_T0);
@@ -200,23 +202,35 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
     // Rows to load: up to the last position any of the task's tokens sees in this block.
     uint32_t block_lanes = 0;
     for (int64_t ti = 0; ti < nt; ++ti) {
-      block_lanes |= VisibleLanes(task, b, task.pos0 + task.t_begin + ti + 1);
+      block_lanes |= VisibleLanes(task, b, VisibleEnd(task, task.t_begin + ti));
     }
     if (block_lanes == 0) continue;  // hidden from every token (tree attention)
     const int64_t block_valid = LanesExtent(block_lanes);
-    for (int32_t d = 0; d < hd; ++d) _mm512_storeu_ps(kf + 16 * d, LoadKRow<kType>(task.kv, b, d));
-    for (int64_t j = 0; j < block_valid; ++j) {
-      for (int32_t c = 0; c < nc; ++c)
-        _mm512_storeu_ps(vf + j * hd + 16 * c, LoadV16<kType>(task.kv, 16 * b + j, 16 * c));
+    // The block's keys [hd][16] and value rows [16][hd] as floats: an f32 cache holds them so
+    // already (a block's V rows are consecutive), others are converted into kf / vf.
+    const float* kblock = kf;
+    const float* vblock = vf;
+    if constexpr (kType == KvType::kF32) {
+      kblock = kv.KeyBlock<const float>(b);
+      vblock = kv.ValueRow<const float>(kKvBlockPositions * b);
+    } else {
+      const Elem* kb = kv.KeyBlock<const Elem>(b);
+      for (int32_t d = 0; d < hd; ++d) {
+        _mm512_storeu_ps(kf + 16 * d, LoadKRow<kType>(kb + d * kKvBlockPositions));
+      }
+      for (int64_t j = 0; j < block_valid; ++j) {
+        const Elem* row = kv.ValueRow<const Elem>(kKvBlockPositions * b + j);
+        for (int32_t c = 0; c < nc; ++c)
+          _mm512_storeu_ps(vf + j * hd + 16 * c, LoadV16<kType>(row, 16 * c));
+      }
     }
     __m512 kscale = vscale, vscales = _mm512_set1_ps(1.0f);
     if constexpr (kType == KvType::kQ8) {
-      kscale = _mm512_mul_ps(vscale,
-                             _mm512_maskz_loadu_ps(MaskFor(block_valid), task.kv.k_scale + 16 * b));
-      vscales = _mm512_maskz_loadu_ps(MaskFor(block_valid), task.kv.v_scale + 16 * b);
+      kscale = _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(MaskFor(block_valid), kv.KeyScales(b)));
+      vscales = _mm512_maskz_loadu_ps(MaskFor(block_valid), kv.ValueScales(b));
     }
     for (int64_t ti = 0; ti < nt; ++ti) {
-      const int64_t n_pos = task.pos0 + task.t_begin + ti + 1;
+      const int64_t n_pos = VisibleEnd(task, task.t_begin + ti);
       // Causal (a block in the token's future) or hidden (tree attention): nothing to see.
       const uint32_t lanes = VisibleLanes(task, b, n_pos);
       if (lanes == 0) continue;
@@ -226,7 +240,7 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
       for (int32_t h0 = 0; h0 < n_heads; h0 += kMaxHeadChunk) {
         const int32_t nh = n_heads - h0 < kMaxHeadChunk ? n_heads - h0 : kMaxHeadChunk;
         __m512 s[kMaxHeadChunk];
-        BlockScoresN(nh, q + h0 * hd, hd, kf, s);
+        BlockScoresN(nh, q + h0 * hd, hd, kblock, s);
         for (int32_t h = 0; h < nh; ++h) {
           const int64_t th = ti * n_heads + h0 + h;
           const __m512 sc =
@@ -235,7 +249,7 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
           // first blocks); otherwise nothing changes.
           if (_mm512_cmp_ps_mask(sc, _mm512_set1_ps(run_max[th]), _CMP_GT_OQ) != 0) {
             const float block_max = _mm512_reduce_max_ps(sc);
-            const float correction = std::exp(run_max[th] - block_max);
+            const float correction = expf(run_max[th] - block_max);
             run_max[th] = block_max;
             const __m512 vc = _mm512_set1_ps(correction);
             _mm512_storeu_ps(lsum + th * 16, _mm512_mul_ps(_mm512_loadu_ps(lsum + th * 16), vc));
@@ -251,7 +265,7 @@ void AttendTokens(const AttentionTask& task, float* scratch) {
         }
       }
       // acc[token][h] += sum_j probs[j] * V[j].
-      AccumulateValuesAll(acc + ti * n_heads * hd, n_heads, hd, probs + ti * n_heads * 16, vf,
+      AccumulateValuesAll(acc + ti * n_heads * hd, n_heads, hd, probs + ti * n_heads * 16, vblock,
                           valid);
     }
   }
@@ -301,31 +315,34 @@ void KvStore(const KvHeadView& kv, int64_t pos, int64_t n, const float* k, int64
     const int64_t p = pos + i;
     const float* kr = k + i * ldk;
     const float* vr = v + i * ldv;
-    const int64_t kbase = (p / 16) * hd * 16 + p % 16;
+    // Position p is lane p % 16 of K block p / 16 (KvHeadView::KeyRow).
+    const int64_t block = p / kKvBlockPositions, lane = p % kKvBlockPositions;
     switch (kv.type) {
-      case KvType::kF32:
-        for (int32_t d = 0; d < hd; ++d) static_cast<float*>(kv.k)[kbase + d * 16] = kr[d];
-        std::memcpy(static_cast<float*>(kv.v) + p * hd, vr,
-                    static_cast<size_t>(hd) * sizeof(float));
+      case KvType::kF32: {
+        float* kd = kv.KeyRow<float>(block, 0) + lane;
+        for (int32_t d = 0; d < hd; ++d) kd[d * kKvBlockPositions] = kr[d];
+        std::memcpy(kv.ValueRow<float>(p), vr, static_cast<size_t>(hd) * sizeof(float));
         break;
+      }
       case KvType::kF16: {
-        uint16_t* kd = static_cast<uint16_t*>(kv.k);
+        uint16_t* kd = kv.KeyRow<uint16_t>(block, 0) + lane;
+        uint16_t* vd = kv.ValueRow<uint16_t>(p);
         for (int32_t d = 0; d < hd; d += 16) {
           const __mmask16 m = MaskFor(hd - d);
           alignas(32) uint16_t h[16];
           _mm256_store_si256(
               reinterpret_cast<__m256i*>(h),
               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, kr + d), _MM_FROUND_TO_NEAREST_INT));
-          for (int32_t j = 0; j < 16 && d + j < hd; ++j) kd[kbase + (d + j) * 16] = h[j];
+          for (int32_t j = 0; j < 16 && d + j < hd; ++j) kd[(d + j) * kKvBlockPositions] = h[j];
           _mm256_mask_storeu_epi16(
-              static_cast<uint16_t*>(kv.v) + p * hd + d, m,
+              vd + d, m,
               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, vr + d), _MM_FROUND_TO_NEAREST_INT));
         }
         break;
       }
       case KvType::kQ8:
-        StoreQ8(kr, hd, static_cast<int8_t*>(kv.k) + kbase, 16, &kv.k_scale[p]);
-        StoreQ8(vr, hd, static_cast<int8_t*>(kv.v) + p * hd, 1, &kv.v_scale[p]);
+        StoreQ8(kr, hd, kv.KeyRow<int8_t>(block, 0) + lane, kKvBlockPositions, kv.KeyScale(p));
+        StoreQ8(vr, hd, kv.ValueRow<int8_t>(p), 1, kv.ValueScale(p));
         break;
     }
   }

@@ -43,7 +43,9 @@ inline float SumOfSquares(const float* a, int64_t n) {
   return CanonicalDot(a, a, n);
 }
 
+// The epilogue of one result v of token t at row r (kStore / kAccumulate), with out.add's term.
 inline void StoreScalar(const GemmOut& out, int64_t t, int64_t r, float v) {
+  if (out.add != nullptr) v += out.add[t * out.ld_add + r];
   float& y = out.y[t * out.ld + r];
   y = out.epilogue == Epilogue::kAccumulate ? y + v : v;
 }
@@ -75,6 +77,30 @@ inline int64_t NowNanos() {
 inline __m512 Silu(__m512 g) {
   return _mm512_div_ps(
       g, _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+}
+
+// The epilogue of one panel's 16 results v of token t at rows row0.. (those below `rows`):
+// out.add's term, then kStore / kAccumulate (y + (v + add)).
+inline void StorePanel(const GemmOut& out, int64_t t, int64_t row0, int64_t rows, __m512 v) {
+  const int64_t n = rows - row0 < 16 ? rows - row0 : 16;
+  const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1u);
+  if (out.add != nullptr)
+    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out.add + t * out.ld_add + row0));
+  float* y = out.y + t * out.ld + row0;
+  if (out.epilogue == Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+  _mm512_mask_storeu_ps(y, mask, v);
+}
+
+// The SwiGLU epilogue of 16 outputs of token t from column j0 (of rows / 2): silu(gate) * up, the
+// add term's columns j0.. joining the gates and rows / 2 + j0.. the ups first.
+inline void StoreSwiGlu(const GemmOut& out, int64_t rows, int64_t t, int64_t j0, __m512 gate,
+                        __m512 up) {
+  if (out.add != nullptr) {
+    const float* add = out.add + t * out.ld_add + j0;
+    gate = _mm512_add_ps(gate, _mm512_loadu_ps(add));
+    up = _mm512_add_ps(up, _mm512_loadu_ps(add + rows / 2));
+  }
+  _mm512_storeu_ps(out.y + t * out.ld + j0, _mm512_mul_ps(Silu(gate), up));
 }
 
 }  // namespace
