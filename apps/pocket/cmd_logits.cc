@@ -1,6 +1,8 @@
 // pocket logits: float32 logits of a token sequence as .npy, [n_positions, vocab] (only the last
 // position unless --all). --decode-from K evaluates the first K tokens as one prefill and the rest
 // one token at a time through the KV cache, which is how tests check the decode path.
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "base/output_file.h"
@@ -17,6 +19,7 @@ Command AddLogitsCommand(CLI::App& root) {
     EngineFlags engine;
     bool all = false;
     int32_t decode_from = -1;
+    std::string trace_dir;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "model file or directory")->required();
@@ -25,6 +28,11 @@ Command AddLogitsCommand(CLI::App& root) {
   app->add_flag("--all", f->all, "logits of every position, not only the last");
   app->add_option("--decode-from", f->decode_from,
                   "prefill the first K tokens, then decode the rest one at a time");
+#if POCKET_FORWARD_TRACE
+  app->add_option("--trace-dir", f->trace_dir,
+                  "debug builds: also write every intermediate of the forward pass (embed, "
+                  "blk.N.out, logits) as DIR/NAME.npy, rows of all chunks in order");
+#endif
   app->add_option("-o,--output", f->out,
                   "the .npy file to write, float32 [positions, vocab] (never one of the inputs)")
       ->required();
@@ -68,6 +76,20 @@ Command AddLogitsCommand(CLI::App& root) {
         }
         auto session = Session::Create(*model, so);
         if (!session.ok()) return ReportError(session.status());
+#if POCKET_FORWARD_TRACE
+        // name -> (columns, rows so far): chunks append their rows.
+        auto traced =
+            std::make_shared<std::map<std::string, std::pair<int64_t, std::vector<float>>>>();
+        if (!f->trace_dir.empty()) {
+          (*session)->set_trace([traced](std::string_view name, const float* x, int64_t n_rows,
+                                         int64_t cols, int64_t ld) {
+            auto& [width, rows] = (*traced)[std::string(name)];
+            width = cols;
+            for (int64_t r = 0; r < n_rows; ++r)
+              rows.insert(rows.end(), x + r * ld, x + r * ld + cols);
+          });
+        }
+#endif
         const size_t n = ids.size();
         std::vector<float> logits(n * static_cast<size_t>(vocab));
         const size_t k = f->decode_from < 0 ? n : std::min(n, static_cast<size_t>(f->decode_from));
@@ -89,6 +111,17 @@ Command AddLogitsCommand(CLI::App& root) {
           w = WriteNpyFloat32(f->out, {1, vocab}, logits.data() + (n - 1) * vocab, inputs);
         }
         if (!w.ok()) return ReportError(w);
+#if POCKET_FORWARD_TRACE
+        for (const auto& [name, value] : *traced) {
+          const auto& [cols, rows] = value;
+          const int64_t n_rows = static_cast<int64_t>(rows.size()) / cols;
+          if (Status t = WriteNpyFloat32(f->trace_dir + "/" + name + ".npy", {n_rows, cols},
+                                         rows.data(), inputs);
+              !t.ok()) {
+            return ReportError(t);
+          }
+        }
+#endif
         return 0;
       }};
 }

@@ -2,7 +2,6 @@
 // Ctrl-C stops generation through Session::Cancel: what was generated, the stats and the --json
 // object are still printed, and the exit status is 130.
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -13,12 +12,9 @@
 
 #include "base/mapped_file.h"
 #include "base/memory.h"
-#include "base/rng.h"
-#include "base/timer.h"
 #include "common.h"
 #include "generation.h"
 #include "interrupt.h"
-#include "runtime/candidates.h"
 
 namespace pocket::cli {
 namespace {
@@ -132,68 +128,6 @@ void PrintJson(const nlohmann::json& j) {
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
-// The chosen candidate of --choice (best mode).
-struct Choice {
-  GenerateResult result;               // text, tokens, timings, seed, stop reason
-  std::vector<CandidateScore> scores;  // best first
-  std::vector<std::string> texts;      // the candidates as given
-  int32_t chosen = -1;                 // index into texts; -1 when cancelled
-  double probability = 0.0;            // its probability among the candidates
-};
-
-// --choice in best mode: every candidate scored in one forward pass (the candidate rule of
-// runtime/candidates.h); temperature 0 takes the most probable, a temperature t > 0 samples from
-// the candidates' distribution p_i^(1/t), normalized.
-StatusOr<Choice> ChooseCandidate(Session& session, const std::string& prompt,
-                                 std::vector<std::string> texts, const GenerateOptions& options) {
-  const Tokenizer& tok = *session.model().tokenizer();
-  Choice c;
-  c.texts = std::move(texts);
-  c.result.seed = options.sampling.seed;
-  EncodeOptions eo;
-  eo.add_bos = tok.spec().add_bos;
-  POCKET_ASSIGN_OR_RETURN(CandidateTokens tokens, TokenizeCandidates(tok, prompt, c.texts, eo));
-  const Stopwatch watch;
-  auto scores = session.Score(tokens.prompt, tokens.candidates);
-  c.result.prefill_us = watch.elapsed_us();
-  c.result.n_prompt_tokens = static_cast<int32_t>(tokens.prompt.size());
-  if (scores.status().code() == StatusCode::kCancelled) {
-    c.result.stop_reason = StopReason::kCancelled;
-    return c;
-  }
-  POCKET_RETURN_IF_ERROR(scores.status());
-  c.scores = std::move(*scores);
-  const float t = options.sampling.temperature;
-  const CandidateScore* pick = &c.scores.front();
-  if (t > 0 && c.scores.size() > 1) {
-    // p_i^(1/t) normalized, from log-probabilities (the best one first, so no overflow).
-    std::vector<double> weights;
-    double total = 0;
-    for (const CandidateScore& s : c.scores) {
-      weights.push_back(std::exp((s.logprob - c.scores.front().logprob) / t));
-      total += weights.back();
-    }
-    Rng rng(options.sampling.seed);
-    double u = rng.NextDouble() * total;
-    size_t i = 0;
-    while (i + 1 < weights.size() && u >= weights[i]) u -= weights[i++];
-    pick = &c.scores[i];
-  }
-  if (pick->tokens.size() > static_cast<size_t>(options.max_tokens)) {
-    // As under a token-by-token constraint: a budget that would cut the output is an error.
-    return ResourceExhaustedError("the token budget of ", options.max_tokens,
-                                  " is shorter than the chosen candidate ",
-                                  QuoteBytes(c.texts[static_cast<size_t>(pick->index)]), " (",
-                                  pick->tokens.size(), " tokens)");
-  }
-  c.chosen = pick->index;
-  c.probability = pick->probability;
-  c.result.text = c.texts[static_cast<size_t>(pick->index)];
-  c.result.tokens = pick->tokens;
-  c.result.stop_reason = StopReason::kEos;
-  return c;
-}
-
 }  // namespace
 
 Command AddRunCommand(CLI::App& root) {
@@ -244,8 +178,8 @@ Command AddRunCommand(CLI::App& root) {
   return {app, [=]() -> int {
             const std::string usage = CheckUsage(*f, *flags);
             if (!usage.empty()) return ReportUsageError(usage);
-            auto options = flags->Options();
-            if (!options.ok()) return ReportUsageError(options.status().message());
+            auto request = flags->Request();
+            if (!request.ok()) return ReportUsageError(request.status().message());
             auto so = flags->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
             // Ctrl-C while loading ends the command; while generating it cancels; while the
@@ -257,8 +191,7 @@ Command AddRunCommand(CLI::App& root) {
               if (!contents.ok()) return ReportError(contents.status());
               text = std::move(*contents);
             }
-            ConstraintSpec spec;
-            std::string constraint_source;  // the file a constraint came from, for messages
+            ConstraintSpec& spec = request->constraint;
             spec.regex = f->regex;
             spec.json_schema = f->json_schema;
             spec.grammar = f->grammar;
@@ -272,7 +205,7 @@ Command AddRunCommand(CLI::App& root) {
                 return ReportUsageError(StrCat(*path, ": the file is empty (", option, ")"));
               }
               *out = std::move(*contents);
-              constraint_source = *path;
+              request->constraint_origin = *path;  // named in the constraint's errors
             }
             if (f->given("--span-source")) {
               auto contents = ReadFileToString(f->span_file);
@@ -282,60 +215,49 @@ Command AddRunCommand(CLI::App& root) {
             }
             spec.span_fields = f->span_fields;
             spec.span_rule = f->span_rule;
-            std::vector<std::string> choices;
-            if (f->given("--choice")) choices = SplitString(f->choice, ',');
-            const bool choose_best = !choices.empty() && f->choice_mode == "best";
-            if (!choose_best) spec.choices = choices;
+            if (f->given("--choice")) spec.choices = SplitString(f->choice, ',');
+            const bool best_mode = f->choice_mode == "best";
+            request->choice_mode = best_mode ? ChoiceMode::kBest : ChoiceMode::kStream;
+            const bool choose_best = !spec.choices.empty() && best_mode;
 
             auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             const Tokenizer* tok = (*model)->tokenizer();
             if (tok == nullptr) {
-              return ReportError(FailedPreconditionError(
-                  flags->model, " has no tokenizer; pass one with --tokenizer"));
+              return ReportError(FailedPreconditionError(request->wording.no_tokenizer));
             }
             if (f->chat) {
-              auto tmpl = ModelTemplate(**model);
-              if (!tmpl.ok()) return ReportError(tmpl.status());
+              // A user turn (after the system message) in the model's chat template.
               std::vector<ChatMessage> messages;
               if (!flags->system.empty()) messages.push_back({"system", flags->system});
               messages.push_back({"user", text});
-              ChatOptions co;
-              co.enable_thinking = !flags->no_think;
-              auto formatted = tmpl->Apply(messages, co);
-              if (!formatted.ok()) return ReportError(formatted.status());
-              text = *formatted;
-            }
-            // -p "": the beginning-of-text token alone, as llama.cpp and llama2.c start.
-            std::vector<int32_t> start_tokens;
-            if (text.empty()) {
+              request->messages = std::move(messages);
+            } else if (text.empty()) {
+              // -p "": the beginning-of-text token alone, as llama.cpp and llama2.c start.
               const int32_t bos = BeginningOfTextToken(*tok);
               if (bos < 0) {
                 return ReportUsageError(StrCat(
                     "the prompt is empty and ", flags->model,
                     "'s tokenizer has no beginning-of-text token to start from; give a prompt"));
               }
-              start_tokens.push_back(bos);
+              if (choose_best) {
+                return ReportUsageError("--choice needs a prompt to score the candidates after");
+              }
+              request->prompt_tokens = std::vector<int32_t>{bos};
+            } else {
+              request->prompt = std::move(text);
             }
+            auto prepared = PrepareRequest(**model, *request);
+            if (!prepared.ok()) return ReportError(prepared.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
-            auto made = MakeConstraint(*tok, spec);
-            if (!made.ok()) {
-              const std::string what = constraint_source.empty() ? "" : constraint_source + ": ";
-              return ReportError(Status(made.status().code(), what + made.status().message()));
-            }
-            std::unique_ptr<Constraint> constraint = std::move(*made);
-            options->constraint = constraint.get();
-            if (choose_best && text.empty()) {
-              return ReportUsageError("--choice needs a prompt to score the candidates after");
-            }
             watcher.Cancel(&s);
 
             StatusOr<GenerateResult> result = GenerateResult();
-            Choice choice;
-            if (choose_best) {
-              auto chosen = ChooseCandidate(s, text, choices, *options);
+            CandidateChoice choice;
+            if (prepared->choose_best()) {
+              auto chosen = ChooseCandidate(s, *prepared);
               watcher.Ignore();
               if (!chosen.ok()) return ReportError(chosen.status());
               choice = std::move(*chosen);
@@ -343,9 +265,8 @@ Command AddRunCommand(CLI::App& root) {
               if (!f->json) PrintPiece(result->text);
             } else {
               const StreamCallback stream = f->json ? StreamCallback() : StreamCallback(PrintPiece);
-              result = start_tokens.empty()
-                           ? s.Generate(std::string_view(text), *options, stream)
-                           : s.Generate(std::span<const int32_t>(start_tokens), *options, stream);
+              const std::span<const int32_t> prompt(prepared->prompt.ids);
+              result = s.Generate(prompt, prepared->options, stream);
               watcher.Ignore();
             }
             if (!result.ok()) return ReportError(result.status());
@@ -353,12 +274,12 @@ Command AddRunCommand(CLI::App& root) {
             const int exit_code = cancelled ? kInterruptedExitCode : 0;
             if (f->json) {
               nlohmann::json j = ResultJson(*result, **model);
-              if (choose_best && choice.chosen >= 0) {
+              if (prepared->choose_best() && choice.chosen >= 0) {
                 j["choice"] = {{"index", choice.chosen}};
                 nlohmann::json ranked = nlohmann::json::array();
                 for (const CandidateScore& c : choice.scores) {
                   ranked.push_back({{"index", c.index},
-                                    {"text", choice.texts[static_cast<size_t>(c.index)]},
+                                    {"text", prepared->choices[static_cast<size_t>(c.index)]},
                                     {"tokens", c.tokens},
                                     {"logprob", c.logprob},
                                     {"probability", c.probability}});
@@ -370,9 +291,9 @@ Command AddRunCommand(CLI::App& root) {
             }
             std::fputc('\n', stdout);
             std::fflush(stdout);
-            if (choose_best && choice.chosen >= 0) {
+            if (prepared->choose_best() && choice.chosen >= 0) {
               std::fprintf(stderr, "\npocket: chose candidate %d of %zu (p = %.4f among them)",
-                           choice.chosen, choice.texts.size(), choice.probability);
+                           choice.chosen, prepared->choices.size(), choice.probability);
             }
             PrintStats(*result);
             return exit_code;

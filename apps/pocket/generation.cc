@@ -1,8 +1,6 @@
 #include "generation.h"
 
 #include <cstdio>
-#include <limits>
-#include <random>
 
 namespace pocket::cli {
 
@@ -40,33 +38,50 @@ void GenerationFlags::Register(CLI::App* app) {
   app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
 }
 
-StatusOr<GenerateOptions> GenerationFlags::Options() const {
+namespace {
+
+const char kNoChatTemplate[] =
+    "the model has no chat template; use `pocket run` without --chat for plain completion";
+
+}  // namespace
+
+StatusOr<GenerateRequest> GenerationFlags::Request() const {
   if (n_predict < -1) {
     return InvalidArgumentError("-n ", n_predict,
                                 ": give a number of tokens, or -1 for until end of text");
   }
   if (seed < -1) return InvalidArgumentError("--seed ", seed, ": give a seed >= 0, or -1");
-  GenerateOptions o;
+  GenerateRequest r;
   // -1: as many as the context holds (Generate stops with "context_full").
-  o.max_tokens = n_predict < 0 ? std::numeric_limits<int32_t>::max() : n_predict;
-  o.sampling.temperature = temp;
-  o.sampling.top_k = top_k;
-  o.sampling.top_p = top_p;
-  o.sampling.min_p = min_p;
-  o.sampling.repetition_penalty = repeat_penalty;
-  o.sampling.presence_penalty = presence_penalty;
-  o.sampling.frequency_penalty = frequency_penalty;
+  r.max_tokens = n_predict < 0 ? kNoTokenLimit : n_predict;
+  r.sampling.temperature = temp;
+  r.sampling.top_k = top_k;
+  r.sampling.top_p = top_p;
+  r.sampling.min_p = min_p;
+  r.sampling.repetition_penalty = repeat_penalty;
+  r.sampling.presence_penalty = presence_penalty;
+  r.sampling.frequency_penalty = frequency_penalty;
   if (seed >= 0) {
-    o.sampling.seed = static_cast<uint64_t>(seed);
+    r.sampling.seed = static_cast<uint64_t>(seed);
   } else {
     // Drawn from the system: 32 bits (as llama.cpp's), so the printed seed survives every JSON
     // reader (a double holds it exactly) and --seed takes it back.
-    std::random_device device;
-    o.sampling.seed = device();
+    r.random_seed = true;
+    r.seed_bits = SeedBits::k32;
   }
-  o.stop_strings = stop;
-  POCKET_RETURN_IF_ERROR(o.sampling.Validate());
-  return o;
+  r.stop = stop;
+  // As Session::Generate(text) and llama.cpp's CLI: special-token strings in the prompt count.
+  r.parse_special = true;
+  r.chat.enable_thinking = !no_think;
+  r.wording.no_tokenizer = StrCat(model, " has no tokenizer; pass one with --tokenizer");
+  r.wording.no_chat_template = kNoChatTemplate;
+  POCKET_RETURN_IF_ERROR(r.sampling.Validate());
+  return r;
+}
+
+StatusOr<GenerateOptions> GenerationFlags::Options() const {
+  POCKET_ASSIGN_OR_RETURN(GenerateRequest r, Request());
+  return MakeGenerateOptions(r);
 }
 
 void PrintStats(const GenerateResult& r) {
@@ -103,10 +118,7 @@ int32_t BeginningOfTextToken(const Tokenizer& tok) {
 StatusOr<ChatTemplate> ModelTemplate(const Model& model) {
   const Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return FailedPreconditionError("the model has no tokenizer");
-  if (tok->spec().chat_template.empty()) {
-    return FailedPreconditionError(
-        "the model has no chat template; use `pocket run` without --chat for plain completion");
-  }
+  if (tok->spec().chat_template.empty()) return FailedPreconditionError(kNoChatTemplate);
   return ChatTemplate::Detect(tok->spec().chat_template);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "runtime/request.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
 
@@ -31,9 +32,13 @@ struct GenerationFlags {
   bool no_think = false;
 
   void Register(CLI::App* app);
-  // The options of one generation; -n -1 becomes "until end of text or a full context", and a
-  // seed of -1 becomes one drawn from the system (reported in the stats, so a run can be
-  // repeated with --seed). A usage error (exit 2) is an InvalidArgument status.
+  // The request these flags make, without its input (runtime/request.h): -n -1 becomes "until end
+  // of text or a full context", a seed of -1 one drawn from the system (32 bits: reported in the
+  // stats and --json, so a run can be repeated with --seed), special tokens are parsed in the
+  // prompt, and errors are worded with the CLI's options. A usage error (exit 2) is an
+  // InvalidArgument status.
+  StatusOr<GenerateRequest> Request() const;
+  // The options of one generation (MakeGenerateOptions of Request(): a seed is drawn here).
   StatusOr<GenerateOptions> Options() const;
 };
 

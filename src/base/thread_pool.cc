@@ -33,6 +33,7 @@ void ThreadPool::Run(TaskRef fn) {
     fn(0);
     return;
   }
+  const std::lock_guard<std::mutex> lock(run_mutex_);
   job_ = fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   // seq_cst on both sides (here and in WorkerLoop): either we see the worker's sleeping_

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -48,6 +49,8 @@ class ThreadPool {
   int n_threads() const { return n_threads_; }
 
   // Runs fn(thread_index) once on every thread and returns when all are done. Allocates nothing.
+  // Several threads may call it (sessions of one model share one pool): their jobs take turns,
+  // one parallel region at a time. Not from inside a job.
   void Run(TaskRef fn);
 
   // Splits [0, n) into n_threads() contiguous ranges; fn(begin, end, thread_index) per range
@@ -81,6 +84,7 @@ class ThreadPool {
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<int> sleeping_{0};         // workers waiting on generation_
   std::atomic<bool> stop_{false};
+  std::mutex run_mutex_;  // one job at a time when several callers share the pool
 };
 
 }  // namespace pocket

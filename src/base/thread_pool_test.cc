@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 namespace pocket {
@@ -50,6 +51,28 @@ TEST(ThreadPoolTest, ManyShortJobs) {
     pool.ParallelFor(4, [&](int64_t b, int64_t e, int) { total += e - b; });
   }
   EXPECT_EQ(total.load(), 80000);
+}
+
+// Sessions of one model share one pool and may run on different threads at once: their parallel
+// regions take turns, and every region still covers each item exactly once.
+TEST(ThreadPoolTest, SharedByConcurrentCallers) {
+  ThreadPool pool(3);
+  constexpr int kCallers = 4, kRegions = 2000, kItems = 37;
+  std::vector<int64_t> totals(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < kRegions; ++r) {
+        std::vector<int> seen(kItems, 0);
+        pool.ParallelFor(kItems, [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
+        });
+        for (int v : seen) totals[static_cast<size_t>(c)] += v == 1 ? 1 : 1000000;
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) EXPECT_EQ(totals[static_cast<size_t>(c)], kRegions * kItems);
 }
 
 }  // namespace

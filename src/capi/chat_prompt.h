@@ -1,44 +1,34 @@
-// Prompt tokens for the C API: plain text or a chat rendered with the model's template, with
-// special-token strings in the caller's text recognised only when asked (parse_special).
-//
-// A chat is rendered by ChatTemplate into one string, so the template's own control tokens
-// (<|im_start|>, <|im_end|>) and any the messages contain are indistinguishable in it. Without
-// parse_special we therefore render the messages with every control-token string in their content
-// replaced by a placeholder (private-use characters, absent from the content), split the rendered
-// text at the control tokens that remain (the template's), encode the text between them with
-// parse_special off after putting the original strings back, and emit the template's control
-// tokens by id. That is exactly Encode(rendered, parse_special = true) for content without control
-// strings, because Encode also splits at special tokens first and encodes the pieces separately.
+// The C API's prompt input: a prompt string or an array of C chat messages (exactly one, the
+// other NULL) becomes the input of a runtime request (runtime/request.h), with the C API's
+// wording for the errors whose remedy is one of its fields. The tokens themselves, the chat
+// template and the parse_special rule for chats are the runtime's (EncodeRequestPrompt), shared
+// with the CLI.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
+#include <cstddef>
 
 #include "base/status.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "model/model.h"
+#include "pocket/pocket.h"
+#include "runtime/request.h"
 
 namespace pocket::capi {
 
-struct PromptTokens {
-  std::vector<int32_t> ids;  // the prompt (BOS first when the tokenizer adds one)
-  // The text a candidate continues, for TokenizeCandidates: the whole prompt text, or for a chat
-  // encoded without parse_special the rendered text after the template's last control token
-  // (a candidate's tokens depend only on the text after the last special token).
-  std::string candidate_context;
-};
+// The C API's wording: "<path> has no tokenizer; load it with pocket_model_params.tokenizer_path"
+// and "<path> has no chat template, so it cannot format messages: ...".
+RequestWording Wording(const Model& model);
 
-// The model's chat template; FailedPrecondition naming `model_name` when it has none.
-StatusOr<ChatTemplate> ModelChatTemplate(const Tokenizer& tokenizer, const std::string& model_name);
+// Sets request's input (prompt or messages), parse_special, enable_thinking and wording. Exactly
+// one of prompt and messages (InvalidArgument naming "neither" or "both"); a message with a NULL
+// role or content is InvalidArgument naming it; NULL messages with a count, or none, are an empty
+// chat (EncodeRequestPrompt's "the chat has no messages").
+Status SetInput(const Model& model, const char* prompt, const pocket_chat_message* messages,
+                size_t n_messages, bool enable_thinking, bool parse_special,
+                PromptRequest* request);
 
-// Plain text: Encode(text) with the tokenizer's BOS rule.
-StatusOr<PromptTokens> EncodePrompt(const Tokenizer& tokenizer, std::string_view text,
-                                    bool parse_special);
-
-// A chat rendered with `chat_template` (generation prompt appended), as described above.
-StatusOr<PromptTokens> EncodeChat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                  const std::vector<ChatMessage>& messages,
-                                  const ChatOptions& options, bool parse_special);
+// The prompt's tokens for `prompt` or `messages`, as pocket_generate evaluates them.
+StatusOr<PromptTokens> EncodeInput(const Model& model, const char* prompt,
+                                   const pocket_chat_message* messages, size_t n_messages,
+                                   bool enable_thinking, bool parse_special);
 
 }  // namespace pocket::capi

@@ -1,15 +1,19 @@
 // The C API over the C++ API. Nothing throws across it: every entry point catches and converts.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
-#include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "capi/chat_prompt.h"
 #include "pocket/pocket.h"
 #include "runtime/candidates.h"
+#include "runtime/request.h"
 #include "runtime/session.h"
 
 #ifndef POCKET_BUILDING_LIBRARY
@@ -18,6 +22,9 @@
 
 struct pocket_model {
   std::shared_ptr<const pocket::Model> model;
+  // Sessions of one model share one thread pool per thread count (kept while a session uses it).
+  mutable std::mutex pools_mutex{};
+  mutable std::map<int32_t, std::weak_ptr<pocket::ThreadPool>> pools{};
 };
 
 struct pocket_session {
@@ -57,54 +64,6 @@ pocket_status Guard(pocket_error* err, Fn&& fn) {
   } catch (...) {
     return Fail(err, POCKET_ERR_INTERNAL, "internal error");
   }
-}
-
-// The model's tokenizer, or FailedPrecondition.
-pocket::StatusOr<const pocket::Tokenizer*> ModelTokenizer(const pocket::Model& model) {
-  if (model.tokenizer() == nullptr) {
-    return pocket::FailedPreconditionError(
-        model.source().path(),
-        " has no tokenizer; load it with pocket_model_params.tokenizer_path");
-  }
-  return model.tokenizer();
-}
-
-pocket::StatusOr<std::vector<pocket::ChatMessage>> ToMessages(const pocket_chat_message* messages,
-                                                              size_t n_messages) {
-  if (messages == nullptr || n_messages == 0) {
-    return pocket::InvalidArgumentError("the chat has no messages");
-  }
-  std::vector<pocket::ChatMessage> out;
-  for (size_t i = 0; i < n_messages; ++i) {
-    if (messages[i].role == nullptr || messages[i].content == nullptr) {
-      return pocket::InvalidArgumentError("message ", i, " has a NULL role or content");
-    }
-    out.push_back({messages[i].role, messages[i].content});
-  }
-  return out;
-}
-
-// The prompt's tokens: `prompt`, or the messages formatted with the model's chat template; the
-// caller passes exactly one.
-pocket::StatusOr<pocket::capi::PromptTokens> EncodeInput(const pocket::Model& model,
-                                                         const char* prompt,
-                                                         const pocket_chat_message* messages,
-                                                         size_t n_messages, bool enable_thinking,
-                                                         bool parse_special) {
-  const bool has_messages = messages != nullptr || n_messages > 0;
-  if ((prompt == nullptr) == !has_messages) {
-    return pocket::InvalidArgumentError(
-        "pass exactly one of a prompt and messages (the other NULL), got ",
-        prompt == nullptr ? "neither" : "both");
-  }
-  POCKET_ASSIGN_OR_RETURN(const pocket::Tokenizer* tok, ModelTokenizer(model));
-  if (prompt != nullptr) return pocket::capi::EncodePrompt(*tok, prompt, parse_special);
-  POCKET_ASSIGN_OR_RETURN(std::vector<pocket::ChatMessage> chat, ToMessages(messages, n_messages));
-  POCKET_ASSIGN_OR_RETURN(pocket::ChatTemplate tmpl,
-                          pocket::capi::ModelChatTemplate(*tok, model.source().path()));
-  pocket::ChatOptions options;
-  options.enable_thinking = enable_thinking;
-  return pocket::capi::EncodeChat(*tok, tmpl, chat, options, parse_special);
 }
 
 // Only ASCII whitespace (or nothing), as MakeConstraint's rule for a blank constraint.
@@ -150,17 +109,6 @@ pocket::Status CheckConstraintFields(const pocket_generate_params& p) {
   POCKET_RETURN_IF_ERROR(CheckConstraintText(p.json_schema, "json_schema"));
   POCKET_RETURN_IF_ERROR(CheckConstraintText(p.grammar, "grammar"));
   return pocket::Status::Ok();
-}
-
-// A seed from the system for POCKET_SEED_RANDOM; never the sentinel itself, so that the reported
-// seed always reproduces the run.
-uint64_t DrawSeed() {
-  std::random_device device;
-  uint64_t seed = POCKET_SEED_RANDOM;
-  while (seed == POCKET_SEED_RANDOM) {
-    seed = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
-  }
-  return seed;
 }
 
 }  // namespace
@@ -246,8 +194,8 @@ pocket_status pocket_tokenize_chat(const pocket_model* model, const pocket_chat_
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "model, messages and n_ids must not be NULL (nor ids when capacity > 0)");
     }
-    auto prompt =
-        EncodeInput(*model->model, nullptr, messages, n_messages, enable_thinking, parse_special);
+    auto prompt = pocket::capi::EncodeInput(*model->model, nullptr, messages, n_messages,
+                                            enable_thinking, parse_special);
     if (!prompt.ok()) return Report(err, prompt.status());
     const std::vector<int32_t>& encoded = prompt->ids;
     *n_ids = encoded.size();
@@ -299,6 +247,22 @@ pocket_status pocket_session_create(const pocket_model* model, const pocket_sess
       options.n_ctx = params->n_ctx;
       options.n_batch = params->n_batch;
       options.n_threads = params->n_threads;
+    }
+    if (options.n_threads < 0 || options.n_threads > 256) {
+      return Report(err, pocket::MakeThreadPool(options.n_threads).status());
+    } else {
+      const int32_t n =
+          options.n_threads > 0
+              ? options.n_threads
+              : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+      const std::lock_guard<std::mutex> lock(model->pools_mutex);
+      options.pool = model->pools[n].lock();
+      if (options.pool == nullptr) {
+        auto pool = pocket::MakeThreadPool(options.n_threads);
+        if (!pool.ok()) return Report(err, pool.status());
+        options.pool = *pool;
+        model->pools[n] = options.pool;
+      }
     }
     auto session = pocket::Session::Create(model->model, options);
     if (!session.ok()) return Report(err, session.status());
@@ -357,27 +321,31 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
   return Guard(err, [&]() -> pocket_status {
     if (session == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session is NULL");
     const pocket_generate_params p = params != nullptr ? *params : pocket_generate_default_params();
-    pocket::GenerateOptions options;
-    options.max_tokens = p.max_tokens;
-    options.sampling.temperature = p.temperature;
-    options.sampling.top_k = p.top_k;
-    options.sampling.top_p = p.top_p;
-    options.sampling.min_p = p.min_p;
-    options.sampling.repetition_penalty = p.repetition_penalty;
-    options.sampling.presence_penalty = p.presence_penalty;
-    options.sampling.frequency_penalty = p.frequency_penalty;
-    options.sampling.seed = p.seed == POCKET_SEED_RANDOM ? DrawSeed() : p.seed;
+    pocket::GenerateRequest request;
+    request.max_tokens = p.max_tokens;
+    request.sampling.temperature = p.temperature;
+    request.sampling.top_k = p.top_k;
+    request.sampling.top_p = p.top_p;
+    request.sampling.min_p = p.min_p;
+    request.sampling.repetition_penalty = p.repetition_penalty;
+    request.sampling.presence_penalty = p.presence_penalty;
+    request.sampling.frequency_penalty = p.frequency_penalty;
+    // A drawn seed is 64 bits and never POCKET_SEED_RANDOM itself, so that the reported seed
+    // always reproduces the run.
+    request.random_seed = p.seed == POCKET_SEED_RANDOM;
+    request.seed_bits = pocket::SeedBits::k64;
+    if (!request.random_seed) request.sampling.seed = p.seed;
     for (size_t i = 0; i < p.n_stop_strings; ++i) {
       if (p.stop_strings == nullptr || p.stop_strings[i] == nullptr) {
         return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                     "stop string " + std::to_string(i) + " is NULL");
       }
-      options.stop_strings.emplace_back(p.stop_strings[i]);
+      request.stop.emplace_back(p.stop_strings[i]);
     }
     // Before the spec: there an empty string means "not given".
     const pocket::Status fields = CheckConstraintFields(p);
     if (!fields.ok()) return Report(err, fields);
-    pocket::ConstraintSpec spec;
+    pocket::ConstraintSpec& spec = request.constraint;
     for (size_t i = 0; i < p.n_choices; ++i) spec.choices.emplace_back(p.choices[i]);
     if (p.regex != nullptr) spec.regex = p.regex;
     if (p.json_schema != nullptr) spec.json_schema = p.json_schema;
@@ -386,27 +354,22 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       spec.span_source = p.span_source;
       spec.has_span_source = true;
     }
-    std::unique_ptr<pocket::Constraint> constraint;
-    if (!spec.empty() || spec.has_span_source) {
-      const pocket::Tokenizer* tok = session->session->model().tokenizer();
-      if (tok == nullptr) {
-        return Fail(err, POCKET_ERR_FAILED_PRECONDITION, "the model has no tokenizer");
-      }
-      auto c = pocket::MakeConstraint(*tok, spec);
-      if (!c.ok()) return Report(err, c.status());
-      constraint = std::move(*c);
-      options.constraint = constraint.get();
-    }
+    // Choices are a constraint, generated token by token.
+    request.choice_mode = pocket::ChoiceMode::kStream;
+    const pocket::Model& model = session->session->model();
+    const pocket::Status input = pocket::capi::SetInput(
+        model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special, &request);
+    if (!input.ok()) return Report(err, input);
+    auto prepared = pocket::PrepareRequest(model, request);
+    if (!prepared.ok()) return Report(err, prepared.status());
     pocket::StreamCallback cb;
     if (on_text != nullptr) {
       cb = [on_text, user_data](std::string_view piece) {
         return on_text(piece.data(), piece.size(), user_data);
       };
     }
-    auto tokens = EncodeInput(session->session->model(), prompt, p.messages, p.n_messages,
-                              p.enable_thinking, p.parse_special);
-    if (!tokens.ok()) return Report(err, tokens.status());
-    auto r = session->session->Generate(std::span<const int32_t>(tokens->ids), options, cb);
+    auto r = session->session->Generate(std::span<const int32_t>(prepared->prompt.ids),
+                                        prepared->options, cb);
     if (!r.ok()) return Report(err, r.status());
     if (result != nullptr) {
       result->stop_reason = static_cast<pocket_stop_reason>(static_cast<int>(r->stop_reason));
@@ -435,8 +398,11 @@ pocket_status pocket_score(pocket_session* session, const char* prompt,
     }
     const pocket_score_params p = params != nullptr ? *params : pocket_score_default_params();
     const pocket::Model& model = session->session->model();
-    auto input =
-        EncodeInput(model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special);
+    pocket::PromptRequest request;
+    const pocket::Status given = pocket::capi::SetInput(
+        model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special, &request);
+    if (!given.ok()) return Report(err, given);
+    auto input = pocket::EncodeRequestPrompt(model, request);
     if (!input.ok()) return Report(err, input.status());
     std::vector<std::string> texts;
     for (size_t i = 0; i < n_candidates; ++i) {
@@ -446,15 +412,11 @@ pocket_status pocket_score(pocket_session* session, const char* prompt,
       }
       texts.emplace_back(candidates[i]);
     }
-    // The one candidate rule (runtime/candidates.h), continuing candidate_context: the prompt, or
-    // a chat's text after the template's last control token (tokens never cross a special one).
-    pocket::EncodeOptions eo;
-    eo.parse_special = p.parse_special;
-    eo.add_bos = model.tokenizer()->spec().add_bos;
-    auto cands =
-        pocket::TokenizeCandidates(*model.tokenizer(), input->candidate_context, texts, eo);
+    // The one candidate rule (runtime/candidates.h, as --choice in best mode), continuing the
+    // prompt, or a chat's text after the template's last control token.
+    auto cands = pocket::EncodeCandidates(model, request, *input, texts);
     if (!cands.ok()) return Report(err, cands.status());
-    auto r = session->session->Score(input->ids, cands->candidates);
+    auto r = session->session->Score(input->ids, *cands);
     if (!r.ok()) return Report(err, r.status());
     for (size_t i = 0; i < r->size(); ++i) {
       const pocket::CandidateScore& c = (*r)[i];
@@ -499,8 +461,8 @@ pocket_status pocket_classify(pocket_session* session, const char* prompt,
                       "one with pocket convert --classifier-head FILE --classifier-labels a,b,c");
     }
     // The same tokens pocket_generate and pocket_score evaluate for this input.
-    auto input =
-        EncodeInput(model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special);
+    auto input = pocket::capi::EncodeInput(model, prompt, p.messages, p.n_messages,
+                                           p.enable_thinking, p.parse_special);
     if (!input.ok()) return Report(err, input.status());
     // Before the forward pass: a buffer that is too small costs nothing.
     if (labels.size() > capacity) {

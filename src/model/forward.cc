@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <new>
+#include <cstring>
 
+#include "model/project.h"
 #include "quant/quantize.h"
 
 namespace pocket {
@@ -13,117 +14,118 @@ namespace {
 struct Pass {
   const ModelConfig& c;
   const ModelWeights& w;
-  const KernelTable& k;
-  KvCache& kv;
-  ForwardScratch& s;
-  ThreadPool& pool;
-  int32_t n_tokens;
-  int32_t pos0;
-  const TreeBatch* tree = nullptr;  // set for candidate scoring (tree attention)
+  const ProjectContext ctx;
+  const ForwardBatch& b;
+  int32_t n_rows;
+  // The kernel-form runs of the current stage (the layers', then the output matrix's).
+  std::span<const ForwardScratch::FormRun> runs;
 
-  float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
+  ForwardScratch& s() const { return ctx.s; }
+  ThreadPool& pool() const { return ctx.pool; }
+  const KernelTable& k() const { return ctx.k; }
+  void Trace([[maybe_unused]] std::string_view name, [[maybe_unused]] const float* x,
+             [[maybe_unused]] int64_t cols) const {
+#if POCKET_FORWARD_TRACE
+    if (b.trace != nullptr && *b.trace) (*b.trace)(name, x, n_rows, cols, cols);
+#endif
+  }
 };
 
-// Batches at least this large use the table's prefill_gemm (when it has one).
-constexpr int64_t kPrefillMinTokens = 32;
-
-// Columns per activation block of the prefill form: the largest multiple of the weight group that
-// divides the columns, up to 512 (pocket-0.3b: 448 for d_model 896, 512 for d_ff 2560). Finer
-// blocks keep activation outliers more local, but a tile engine stops after every block for a
-// float epilogue: at 128 columns the AMX matmul runs at about half the speed it reaches at 448.
-// Measured on pocket-0.3b INT4 (random weights, 96 tokens, last-position logits against the numpy
-// reference): mean KL 6.1e-4 with blocks of at most 128, 6.8e-4 at most 512, 1.1e-3 whole rows.
-// Blocks are whole 64-byte tile rows too; 0 when no block fits (the exact form is used then).
-int32_t PrefillBlock(const PackedLayout& l) {
-  const int32_t step = l.group % 64 == 0 ? l.group : 64;  // groups are 32 or multiples of 64
-  for (int32_t block = 512 / step * step; block >= step; block -= step) {
-    if (l.cols % block == 0 && block % l.group == 0) return block;
-  }
-  return 0;
-}
-
-// out = W · norm?(x) for every token: x [n_tokens, l.cols()] with row stride ldx.
+// out = W · norm?(x) for every row of the stage, each run of rows in its form.
 void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
              const GemmOut& out) {
-  const int64_t n = p.n_tokens;
-  if (l.packed) {
-    // Many tokens on a table with a tile engine: the prefill form (activation blocks of up to 512
-    // columns, weights requantized per row; kernel_table.h). Otherwise the exact per-group form.
-    const int32_t prefill_block =
-        n >= kPrefillMinTokens && p.k.prefill_gemm != nullptr ? PrefillBlock(l.p.layout) : 0;
-    const bool prefill = prefill_block > 0;
-    const int64_t n_panels = l.p.layout.n_panels();
-    const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
-    if (n == 1) {
-      // Decode: every thread quantizes the one activation row itself (identical results, a few
-      // hundred nanoseconds) so the step is one parallel region with no serial gap.
-      const int64_t cols = l.cols();
-      p.pool.ParallelFor(swiglu ? n_panels / 2 : n_panels, [&](int64_t b, int64_t e, int t) {
-        float* scratch = p.thread_scratch(t);
-        QuantizedRows qt;
-        qt.q = reinterpret_cast<int8_t*>(scratch);
-        qt.scale = scratch + (cols / 4 + 16) / 16 * 16;
-        qt.sum = qt.scale + cols / 32;
-        qt.n_tokens = 1;
-        qt.cols = cols;
-        qt.group = l.p.layout.group;
-        p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
-        if (swiglu) {
-          p.k.packed_gemm(l.p, qt, 2 * b, 2 * e, out);
-        } else {
-          p.k.packed_gemm(l.p, qt, b, e, out);
-        }
-      });
-      return;
-    }
-    QuantizedRows q = p.s.quant;
-    q.n_tokens = n;
-    q.cols = l.cols();
-    q.group = prefill ? prefill_block : l.p.layout.group;
-    p.pool.ParallelFor(n, [&](int64_t b, int64_t e, int) {
-      QuantizedRows part = q;
-      part.q += b * q.cols;
-      part.scale += b * q.n_groups();
-      part.sum += b * q.n_groups();
-      part.n_tokens = e - b;
-      p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
-    });
-    const auto gemm = prefill ? p.k.prefill_gemm : p.k.packed_gemm;
-    if (swiglu) {
-      p.pool.ParallelFor(n_panels / 2,
-                         [&](int64_t b, int64_t e, int) { gemm(l.p, q, 2 * b, 2 * e, out); });
-    } else {
-      p.pool.ParallelFor(n_panels, [&](int64_t b, int64_t e, int) { gemm(l.p, q, b, e, out); });
-    }
+  if (!l.packed) {  // the dense path has one form: every row at once
+    ProjectDense(p.ctx, l, x, ldx, p.runs.back().row_end, norm, out);
     return;
   }
-  const float* input = x;
-  int64_t ld = ldx;
-  if (norm != nullptr) {
-    for (int64_t t = 0; t < n; ++t)
-      p.k.rmsnorm(x + t * ldx, norm, p.c.rms_eps, l.cols(), p.s.xn + t * l.cols());
-    input = p.s.xn;
-    ld = l.cols();
+  for (const ForwardScratch::FormRun& run : p.runs) {
+    const int64_t n = run.row_end - run.row_begin;
+    GemmOut part = out;
+    part.y += run.row_begin * out.ld;
+    if (part.add != nullptr) part.add += run.row_begin * out.ld_add;
+    const float* xr = x + run.row_begin * ldx;
+    if (n == 1) {
+      ProjectOneRow(p.ctx, l, xr, ldx, norm, part);
+    } else {
+      ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles);
+    }
   }
-  p.pool.ParallelFor(l.rows(), [&](int64_t b, int64_t e, int t) {
-    p.k.dense_gemm(l.w, input, ld, n, b, e, out, p.thread_scratch(t));
-  });
 }
 
-Status Embed(const Pass& p, std::span<const int32_t> tokens) {
+// Runs of consecutive rows sharing a form, from per-segment row counts: a segment takes the tile
+// form when it has at least kTileFormMinRows rows; neighbouring segments of one form share a run.
+void AddToRuns(std::vector<ForwardScratch::FormRun>& runs, int32_t row_begin, int32_t row_end) {
+  if (row_end <= row_begin) return;
+  const bool tiles = row_end - row_begin >= kTileFormMinRows;
+  if (!runs.empty() && runs.back().tiles == tiles && runs.back().row_end == row_begin) {
+    runs.back().row_end = row_end;
+  } else {
+    runs.push_back({row_begin, row_end, tiles});
+  }
+}
+
+Status CheckBatch(const Model& model, const ForwardScratch& s, const ForwardBatch& b) {
+  const int32_t n = static_cast<int32_t>(b.tokens.size());
+  if (n == 0) return InvalidArgumentError("no tokens to run");
+  if (n > s.max_batch()) {
+    return InternalError("batch of ", n, " tokens exceeds the scratch (", s.max_batch(), ")");
+  }
+  int32_t next = 0;
+  for (const BatchSegment& seg : b.segments) {
+    if (seg.kv == nullptr || seg.row_begin != next || seg.row_end <= seg.row_begin ||
+        seg.row_end > n || seg.rope_pos < -1) {
+      return InvalidArgumentError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
+                                  ") does not continue the rows before it (", next,
+                                  ") or has no cache");
+    }
+    if (seg.kv_pos < 0 || seg.kv_pos + seg.n_rows() > seg.kv->n_ctx()) {
+      return OutOfRangeError("positions ", seg.kv_pos, " to ", seg.kv_pos + seg.n_rows() - 1,
+                             " do not fit the context of ", seg.kv->n_ctx(), " tokens");
+    }
+    if (seg.hidden_begin < 0 || seg.hidden_begin > seg.hidden_end || seg.hidden_end > seg.kv_pos) {
+      return InvalidArgumentError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
+                                  ") hides slots [", seg.hidden_begin, ", ", seg.hidden_end,
+                                  ") that do not end before its first slot ", seg.kv_pos);
+    }
+    next = seg.row_end;
+  }
+  if (next != n) return InvalidArgumentError("batch segments cover ", next, " of ", n, " rows");
+  int32_t previous = -1;
+  for (int32_t r : b.output_rows) {
+    if (r <= previous || r >= n) {
+      return InvalidArgumentError("output rows must ascend within the ", n, " rows; got ", r,
+                                  " after ", previous);
+    }
+    previous = r;
+  }
+  for (int32_t layer : b.hidden_layers) {
+    if (layer < 0 || layer >= model.config().n_layers) {
+      return InvalidArgumentError("hidden state of layer ", layer, " requested; the model has ",
+                                  model.config().n_layers);
+    }
+  }
+  if (!b.hidden_layers.empty() && b.layer_hidden == nullptr) {
+    return InvalidArgumentError("hidden states requested without an output buffer");
+  }
+  return Status::Ok();
+}
+
+Status Embed(const Pass& p) {
   const Linear& e = p.w.token_embd;
   const int64_t vocab = e.rows();
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    const int32_t id = tokens[static_cast<size_t>(t)];
-    if (id < 0 || id >= vocab) {
-      return OutOfRangeError("token id ", id, " at position ", p.pos0 + t,
-                             " is outside the vocabulary (0 to ", vocab - 1, ")");
-    }
-    float* row = p.s.x + static_cast<size_t>(t) * p.c.d_model;
-    if (e.packed) {
-      DequantizePackedRow(e.p, id, row);
-    } else {
-      DequantizeRow(e.w.type, e.w.row(id), row, e.w.cols);
+  for (const BatchSegment& seg : p.b.segments) {
+    for (int32_t t = seg.row_begin; t < seg.row_end; ++t) {
+      const int32_t id = p.b.tokens[static_cast<size_t>(t)];
+      if (id < 0 || id >= vocab) {
+        return OutOfRangeError("token id ", id, " at position ", seg.kv_pos + t - seg.row_begin,
+                               " is outside the vocabulary (0 to ", vocab - 1, ")");
+      }
+      float* row = p.s().x + static_cast<size_t>(t) * p.c.d_model;
+      if (e.packed) {
+        DequantizePackedRow(e.p, id, row);
+      } else {
+        DequantizeRow(e.w.type, e.w.row(id), row, e.w.cols);
+      }
     }
   }
   return Status::Ok();
@@ -132,34 +134,56 @@ Status Embed(const Pass& p, std::span<const int32_t> tokens) {
 void RopeTables(const Model& model, const Pass& p) {
   const int32_t half = p.c.head_dim / 2;
   const std::vector<double>& inv_freq = model.rope_inv_freq();
-  for (int32_t t = 0; t < p.n_tokens; ++t) {
-    const double pos = static_cast<double>(
-        p.tree != nullptr ? p.tree->rope_pos[static_cast<size_t>(t)] : p.pos0 + t);
-    for (int32_t i = 0; i < half; ++i) {
-      const double angle = pos * inv_freq[static_cast<size_t>(i)];
-      p.s.rope_cos[t * half + i] = static_cast<float>(std::cos(angle));
-      p.s.rope_sin[t * half + i] = static_cast<float>(std::sin(angle));
+  for (const BatchSegment& seg : p.b.segments) {
+    const int32_t first = seg.rope_pos >= 0 ? seg.rope_pos : seg.kv_pos;
+    for (int32_t t = seg.row_begin; t < seg.row_end; ++t) {
+      const double pos = static_cast<double>(first + t - seg.row_begin);
+      for (int32_t i = 0; i < half; ++i) {
+        const double angle = pos * inv_freq[static_cast<size_t>(i)];
+        p.s().rope_cos[t * half + i] = static_cast<float>(std::cos(angle));
+        p.s().rope_sin[t * half + i] = static_cast<float>(std::sin(angle));
+      }
     }
   }
 }
 
-// x += wo · attention(rope(q), rope(k), v) over all positions <= each token's own.
+// A segment's row blocks of 16 (attention tasks cover at most 16 query rows).
+int64_t RowBlocks(const BatchSegment& seg) {
+  return (seg.n_rows() + 15) / 16;
+}
+
+// With one row block per segment, and every segment in a cache of its own, a head's task stores
+// its own keys and values first (one parallel region); otherwise every block of a head needs the
+// rows of its segment stored before it, and a segment may read slots that another one writes.
+bool StoreInTask(const ForwardBatch& b) {
+  if (b.segments.size() > 64) return false;
+  for (size_t i = 0; i < b.segments.size(); ++i) {
+    if (RowBlocks(b.segments[i]) != 1) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (b.segments[j].kv == b.segments[i].kv) return false;
+    }
+  }
+  return true;
+}
+
+// x += wo · attention(rope(q), rope(k), v) over the slots each row sees.
 void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   const ModelConfig& c = p.c;
+  ForwardScratch& s = p.s();
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim;
   const int64_t ld = qd + 2 * kvd;  // qkv row: q | k | v
-  float* qkv = p.s.qkv;
+  float* qkv = s.qkv;
   if (l.qkv.present()) {
-    Project(p, l.qkv, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+    Project(p, l.qkv, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
   } else {
-    Project(p, l.wq, p.s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+    Project(p, l.wq, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
     // Each matrix normalizes its own input (cheap next to the matrix), whatever its encoding.
-    Project(p, l.wk, p.s.x, d, l.attn_norm, {qkv + qd, ld, Epilogue::kStore});
-    Project(p, l.wv, p.s.x, d, l.attn_norm, {qkv + qd + kvd, ld, Epilogue::kStore});
+    Project(p, l.wk, s.x, d, l.attn_norm, {qkv + qd, ld, Epilogue::kStore});
+    Project(p, l.wv, s.x, d, l.attn_norm, {qkv + qd + kvd, ld, Epilogue::kStore});
   }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
   const int32_t half = c.head_dim / 2;
-  p.pool.ParallelFor(p.n_tokens, [&](int64_t b, int64_t e, int) {
+  p.pool().ParallelFor(p.n_rows, [&](int64_t b, int64_t e, int) {
     for (int64_t t = b; t < e; ++t) {
       float* q = qkv + t * ld;
       float* k = q + qd;
@@ -171,215 +195,157 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       }
       if (c.qk_norm) {  // [n_heads, head_dim]: each head normalized on its own
         for (int32_t h = 0; h < c.n_heads; ++h)
-          p.k.rmsnorm(q + h * hd, l.q_norm, c.rms_eps, hd, q + h * hd);
+          p.k().rmsnorm(q + h * hd, l.q_norm, c.rms_eps, hd, q + h * hd);
         for (int32_t h = 0; h < c.n_kv_heads; ++h)
-          p.k.rmsnorm(k + h * hd, l.k_norm, c.rms_eps, hd, k + h * hd);
+          p.k().rmsnorm(k + h * hd, l.k_norm, c.rms_eps, hd, k + h * hd);
       }
-      p.k.rope(q, c.n_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
-      p.k.rope(k, c.n_kv_heads, hd, p.s.rope_cos + t * half, p.s.rope_sin + t * half, interleaved);
+      p.k().rope(q, c.n_heads, hd, s.rope_cos + t * half, s.rope_sin + t * half, interleaved);
+      p.k().rope(k, c.n_kv_heads, hd, s.rope_cos + t * half, s.rope_sin + t * half, interleaved);
     }
   });
-  // Append this chunk's keys and values to the cache, then attend: one task per KV head and
-  // block of 16 query tokens (a tree batch: per KV head and segment).
-  const int64_t n_blocks =
-      p.tree != nullptr ? static_cast<int64_t>(p.tree->segments.size()) : (p.n_tokens + 15) / 16;
-  const int64_t n_tasks = c.n_kv_heads * n_blocks;
+  // Append the batch's keys and values to the caches, then attend: one task per segment, KV head
+  // and block of 16 rows (s.task_begin: the first task of each segment).
+  const std::span<const BatchSegment> segs = p.b.segments;
   const int32_t group = c.gqa_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  auto store = [&](int64_t g) {
-    p.k.kv_store(p.kv.head(layer, static_cast<int32_t>(g)), p.pos0, p.n_tokens, qkv + qd + g * hd,
-                 ld, qkv + qd + kvd + g * hd, ld);
+  auto store = [&](const BatchSegment& seg, int64_t g) {
+    const float* rows = qkv + seg.row_begin * ld;
+    p.k().kv_store(seg.kv->head(layer, static_cast<int32_t>(g)), seg.kv_pos, seg.n_rows(),
+                   rows + qd + g * hd, ld, rows + qd + kvd + g * hd, ld);
   };
-  // With one token block per head, a head's task stores its own keys and values first (one
-  // parallel region); otherwise every block of a head needs the whole chunk stored before.
-  const bool store_in_task = n_blocks == 1 && p.tree == nullptr;
+  const bool store_in_task = StoreInTask(p.b);
   if (!store_in_task) {
-    p.pool.ParallelFor(c.n_kv_heads, [&](int64_t b, int64_t e, int) {
-      for (int64_t g = b; g < e; ++g) store(g);
+    const int64_t n_stores = c.n_kv_heads * static_cast<int64_t>(segs.size());
+    p.pool().ParallelFor(n_stores, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i)
+        store(segs[static_cast<size_t>(i / c.n_kv_heads)], i % c.n_kv_heads);
     });
   }
-  // Many tokens on a table with a tile engine: the bf16 tile form (kernel_table.h).
-  // Tree batches use the general form, which honours the hidden ranges.
-  const auto attend =
-      p.n_tokens >= kPrefillMinTokens && p.k.prefill_attention != nullptr && p.tree == nullptr
-          ? p.k.prefill_attention
-          : p.k.attention;
-  p.pool.ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
+  const int64_t n_tasks = s.task_begin.back();
+  p.pool().ParallelFor(n_tasks, [&](int64_t b, int64_t e, int thread) {
+    size_t si = 0;
     for (int64_t task_id = b; task_id < e; ++task_id) {
-      const int64_t g = task_id / n_blocks, block = task_id % n_blocks;
-      if (store_in_task) store(g);
+      while (s.task_begin[si + 1] <= task_id) ++si;
+      const BatchSegment& seg = segs[si];
+      const int64_t n_blocks = RowBlocks(seg), local = task_id - s.task_begin[si];
+      const int64_t g = local / n_blocks, block = local % n_blocks;
+      if (store_in_task) store(seg, g);
       AttentionTask task;
-      task.q = qkv + g * group * hd;
+      task.q = qkv + seg.row_begin * ld + g * group * hd;
       task.ldq = ld;
-      task.out = p.s.attn + g * group * hd;
+      task.out = s.attn + seg.row_begin * qd + g * group * hd;
       task.ldo = qd;
-      task.kv = p.kv.head(layer, static_cast<int32_t>(g));
+      task.kv = seg.kv->head(layer, static_cast<int32_t>(g));
       task.n_q_heads = group;
-      task.pos0 = p.pos0;
+      task.pos0 = seg.kv_pos;
       task.t_begin = block * 16;
-      task.t_end = std::min<int64_t>(p.n_tokens, block * 16 + 16);
+      task.t_end = std::min<int64_t>(seg.n_rows(), block * 16 + 16);
       task.scale = scale;
-      if (p.tree != nullptr) {
-        const TreeBatch::Segment& seg = p.tree->segments[static_cast<size_t>(block)];
-        task.t_begin = seg.t_begin;
-        task.t_end = seg.t_end;
-        task.hidden_begin = seg.hidden_begin;
-        task.hidden_end = seg.hidden_end;
-      }
-      attend(task, p.thread_scratch(thread));
+      task.hidden_begin = seg.hidden_begin;
+      task.hidden_end = seg.hidden_end;
+      const bool causal = seg.visibility == Visibility::kCausal;
+      if (!causal) task.visible_end = seg.kv_pos + seg.n_rows();
+      // Causal segments of many rows on a table with a tile engine: the bf16 tile form
+      // (kernel_table.h); segments that hide slots or see ahead use the general form.
+      const bool tiles = seg.n_rows() >= kTileFormMinRows && p.k().prefill_attention != nullptr &&
+                         seg.hidden_begin == seg.hidden_end && causal;
+      (tiles ? p.k().prefill_attention : p.k().attention)(task, p.ctx.thread_scratch(thread));
     }
   });
-  Project(p, l.wo, p.s.attn, qd, nullptr, {p.s.x, d, Epilogue::kAccumulate});
+  Project(p, l.wo, s.attn, qd, nullptr, {s.x, d, Epilogue::kAccumulate});
 }
 
 // x += w_down · (silu(w_gate · norm(x)) * (w_up · norm(x))).
 void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
   const ModelConfig& c = p.c;
+  ForwardScratch& s = p.s();
   const int64_t d = c.d_model, ff = c.d_ff;
   if (l.gate_up.present()) {
-    Project(p, l.gate_up, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kSwiGlu});
+    Project(p, l.gate_up, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kSwiGlu});
   } else {
-    Project(p, l.w_gate, p.s.x, d, l.ffn_norm, {p.s.gate, ff, Epilogue::kStore});
-    Project(p, l.w_up, p.s.x, d, l.ffn_norm, {p.s.up, ff, Epilogue::kStore});
-    p.pool.ParallelFor(p.n_tokens, [&](int64_t b, int64_t e, int) {
-      p.k.silu_mul(p.s.gate + b * ff, p.s.up + b * ff, (e - b) * ff, p.s.gate + b * ff);
+    Project(p, l.w_gate, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kStore});
+    Project(p, l.w_up, s.x, d, l.ffn_norm, {s.up, ff, Epilogue::kStore});
+    p.pool().ParallelFor(p.n_rows, [&](int64_t b, int64_t e, int) {
+      p.k().silu_mul(s.gate + b * ff, s.up + b * ff, (e - b) * ff, s.gate + b * ff);
     });
   }
-  Project(p, l.w_down, p.s.gate, ff, nullptr, {p.s.x, d, Epilogue::kAccumulate});
+  Project(p, l.w_down, s.gate, ff, nullptr, {s.x, d, Epilogue::kAccumulate});
 }
 
-Status Run(const Model& model, KvCache& kv, ForwardScratch& s, ThreadPool& pool,
-           std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits,
-           const TreeBatch* tree = nullptr, float* hidden = nullptr) {
-  const ModelConfig& c = model.config();
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  if (n == 0) return InvalidArgumentError("no tokens to run");
-  if (n > s.max_batch()) {
-    return InternalError("batch of ", n, " tokens exceeds the scratch (", s.max_batch(), ")");
+// The requested rows' outputs: hidden states, then (rows compacted to the front of the residual
+// stream, which is not needed any more) the final norm and the output matrix.
+void Outputs(Pass& p) {
+  const ModelConfig& c = p.c;
+  ForwardScratch& s = p.s();
+  const size_t d = static_cast<size_t>(c.d_model);
+  const std::span<const int32_t> rows = p.b.output_rows;
+  if (rows.empty()) return;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t r = static_cast<size_t>(rows[i]);
+    if (r != i) std::memcpy(s.x + i * d, s.x + r * d, d * sizeof(float));
   }
-  if (pos0 < 0 || pos0 + n > kv.n_ctx()) {
-    return OutOfRangeError("positions ", pos0, " to ", pos0 + n - 1, " do not fit the context of ",
-                           kv.n_ctx(), " tokens");
+  if (p.b.final_hidden != nullptr) {
+    // In float: what a dense output matrix would multiply.
+    for (size_t i = 0; i < rows.size(); ++i)
+      p.k().rmsnorm(s.x + i * d, p.w.output_norm, c.rms_eps, c.d_model, p.b.final_hidden + i * d);
   }
-  Pass p{c, model.weights(), model.kernels(), kv, s, pool, n, pos0, tree};
-  POCKET_RETURN_IF_ERROR(Embed(p, tokens));
-  RopeTables(model, p);
-  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
-    const LayerWeights& l = p.w.layers[static_cast<size_t>(layer)];
-    AttentionBlock(p, l, layer);
-    FeedForwardBlock(p, l);
+  if (p.b.logits == nullptr) return;
+  // The output matrix's form follows how many of each segment's rows it multiplies: the last row
+  // of a long prompt takes the exact form, every row of it the tile form.
+  s.runs.clear();
+  size_t i = 0;
+  for (const BatchSegment& seg : p.b.segments) {
+    const size_t first = i;
+    while (i < rows.size() && rows[i] < seg.row_end) ++i;
+    AddToRuns(s.runs, static_cast<int32_t>(first), static_cast<int32_t>(i));
   }
-  if (hidden != nullptr) {
-    // [d_model]: the last token's residual stream through the final norm, in float (what a dense
-    // output matrix would multiply).
-    p.k.rmsnorm(p.s.x + static_cast<size_t>(n - 1) * c.d_model, p.w.output_norm, c.rms_eps,
-                c.d_model, hidden);
-  }
-  if (logits != nullptr) {
-    // Final norm and output projection, for the last token or all of them.
-    const int32_t first = all_positions ? 0 : n - 1;
-    Pass last = p;
-    last.n_tokens = n - first;
-
-    Project(last, p.w.output, p.s.x + static_cast<size_t>(first) * c.d_model, c.d_model,
-            p.w.output_norm, {logits, c.vocab_size, Epilogue::kStore});
-  }
-  return Status::Ok();
+  p.runs = s.runs;
+  p.n_rows = static_cast<int32_t>(rows.size());
+  Project(p, p.w.output, s.x, c.d_model, p.w.output_norm,
+          {p.b.logits, c.vocab_size, Epilogue::kStore});
+  p.Trace("logits", p.b.logits, c.vocab_size);
 }
 
 }  // namespace
 
-StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_batch,
-                                                int32_t n_threads) {
+Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const ForwardBatch& b) {
+  POCKET_RETURN_IF_ERROR(CheckBatch(model, s, b));
   const ModelConfig& c = model.config();
-  bool dense = !model.weights().output.packed;
-  for (const LayerWeights& l : model.weights().layers) {
-    dense |= !l.qkv.present() || !l.gate_up.present() || !l.wo.packed || !l.w_down.packed;
+  const int32_t n = static_cast<int32_t>(b.tokens.size());
+  // The forms of the layers' matrices, and the attention tasks, per segment.
+  s.runs.clear();
+  s.task_begin.clear();
+  s.task_begin.push_back(0);
+  for (const BatchSegment& seg : b.segments) {
+    AddToRuns(s.runs, seg.row_begin, seg.row_end);
+    s.task_begin.push_back(s.task_begin.back() + c.n_kv_heads * RowBlocks(seg));
   }
-  if (max_batch <= 0) return InvalidArgumentError("batch size must be positive, got ", max_batch);
-  if (n_threads <= 0) return InvalidArgumentError("thread count must be positive, got ", n_threads);
-  ForwardScratch s;
-  s.max_batch_ = max_batch;
-  const size_t b = static_cast<size_t>(max_batch);
-  const size_t d = static_cast<size_t>(c.d_model), qd = static_cast<size_t>(c.q_dim()),
-               kvd = static_cast<size_t>(c.kv_dim()), ff = static_cast<size_t>(c.d_ff),
-               half = static_cast<size_t>(c.head_dim / 2);
-  const size_t max_cols = std::max({d, qd, ff});
-  s.per_thread_floats = static_cast<int64_t>(std::max<size_t>(
-      max_cols, static_cast<size_t>(AttentionScratchFloats(c.gqa_group(), c.head_dim))));
-  s.per_thread_floats = (s.per_thread_floats + 15) / 16 * 16;
-  // Byte sizes of every slice, each rounded up to 64 bytes.
-  const size_t sizes[] = {
-      b * d * 4, dense ? b * std::max(d, qd) * 4 : 0,
-      // The attention block's [qkv | attn] and the FFN's [gate | up] are never live at once: one
-      // region holds either.
-      std::max(b * (qd + 2 * kvd) * 4 + b * qd * 4, b * ff * 4 * (dense ? 2 : 1)), 0, 0, 0,
-      b * max_cols,  // int8 activations
-      b * (max_cols / 32) * 4, b * (max_cols / 32) * 4, b * half * 4, b * half * 4,
-      static_cast<size_t>(n_threads) * static_cast<size_t>(s.per_thread_floats) * 4};
-  size_t total = 0;
-  for (size_t n : sizes) total += (n + 63) / 64 * 64;
-  s.buffer_.reset(new (std::nothrow) uint8_t[total + 64]);
-  if (!s.buffer_)
-    return ResourceExhaustedError("cannot allocate forward scratch (", HumanBytes(total), ")");
-  s.bytes_ = total;
-  uint8_t* base = s.buffer_.get();
-  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
-  std::vector<uint8_t*> slots;
-  for (size_t n : sizes) {
-    slots.push_back(base);
-    base += (n + 63) / 64 * 64;
-  }
-  s.x = reinterpret_cast<float*>(slots[0]);
-  s.xn = reinterpret_cast<float*>(slots[1]);
-  s.qkv = reinterpret_cast<float*>(slots[2]);
-  s.attn = s.qkv + b * (qd + 2 * kvd);
-  s.gate = reinterpret_cast<float*>(slots[2]);
-  s.up = dense ? s.gate + b * ff : nullptr;
-  s.quant.q = reinterpret_cast<int8_t*>(slots[6]);
-  s.quant.scale = reinterpret_cast<float*>(slots[7]);
-  s.quant.sum = reinterpret_cast<float*>(slots[8]);
-  s.rope_cos = reinterpret_cast<float*>(slots[9]);
-  s.rope_sin = reinterpret_cast<float*>(slots[10]);
-  s.thread_scratch = reinterpret_cast<float*>(slots[11]);
-  return s;
-}
-
-Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-               std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits) {
-  return Run(model, kv, scratch, pool, tokens, pos0, all_positions, logits);
-}
-
-Status PrefillHidden(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-                     std::span<const int32_t> tokens, int32_t pos0, float* hidden) {
-  if (hidden == nullptr) return InvalidArgumentError("PrefillHidden: no output buffer");
-  return Run(model, kv, scratch, pool, tokens, pos0, false, nullptr, nullptr, hidden);
-}
-
-Status PrefillTree(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-                   const TreeBatch& batch, int32_t pos0, float* logits) {
-  const int32_t n = static_cast<int32_t>(batch.tokens.size());
-  if (batch.rope_pos.size() != batch.tokens.size()) {
-    return InvalidArgumentError("tree batch: ", batch.rope_pos.size(), " positions for ", n,
-                                " tokens");
-  }
-  int32_t next = 0;
-  for (const TreeBatch::Segment& seg : batch.segments) {
-    if (seg.t_begin != next || seg.t_end <= seg.t_begin || seg.t_end - seg.t_begin > 16 ||
-        seg.t_end > n || seg.hidden_begin < 0 || seg.hidden_begin > seg.hidden_end ||
-        seg.hidden_end > pos0 + seg.t_begin) {
-      return InvalidArgumentError("tree batch: bad segment [", seg.t_begin, ", ", seg.t_end,
-                                  ") hiding [", seg.hidden_begin, ", ", seg.hidden_end, ")");
+  Pass p{c, model.weights(), ProjectContext{c, model.kernels(), s, pool}, b, n, s.runs};
+  POCKET_RETURN_IF_ERROR(Embed(p));
+  RopeTables(model, p);
+  p.Trace("embed", s.x, c.d_model);
+  const size_t d = static_cast<size_t>(c.d_model);
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& l = p.w.layers[static_cast<size_t>(layer)];
+    AttentionBlock(p, l, layer);
+    FeedForwardBlock(p, l);
+#if POCKET_FORWARD_TRACE
+    if (b.trace != nullptr && *b.trace) {
+      const std::string name = "blk." + std::to_string(layer) + ".out";
+      p.Trace(name, s.x, c.d_model);
     }
-    next = seg.t_end;
+#endif
+    for (size_t h = 0; h < b.hidden_layers.size(); ++h) {
+      if (b.hidden_layers[h] != layer) continue;
+      float* out = b.layer_hidden + h * b.output_rows.size() * d;
+      for (size_t i = 0; i < b.output_rows.size(); ++i) {
+        std::memcpy(out + i * d, s.x + static_cast<size_t>(b.output_rows[i]) * d,
+                    d * sizeof(float));
+      }
+    }
   }
-  if (next != n) return InvalidArgumentError("tree batch: segments cover ", next, " of ", n);
-  return Run(model, kv, scratch, pool, batch.tokens, pos0, true, logits, &batch);
-}
-
-Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-              int32_t token, int32_t pos, float* logits) {
-  return Run(model, kv, scratch, pool, std::span<const int32_t>(&token, 1), pos, false, logits);
+  Outputs(p);
+  return Status::Ok();
 }
 
 }  // namespace pocket

@@ -1,81 +1,88 @@
 // The transformer forward pass, written as plain code you can step through: a loop over layers
-// calling AttentionBlock and FeedForwardBlock. Prefill (a batch of new tokens) and Decode (one
-// token) are separate entry points; both append to the KV cache at the given position. Work is
-// split over a thread pool by output rows (matrices) and by KV head and token block (attention);
-// every output is computed by one thread, so results do not depend on the thread count.
+// calling AttentionBlock and FeedForwardBlock. There is ONE entry, Forward, and it takes a batch
+// description (in the spirit of llama.cpp's llama_batch and gemma.cpp's QBatch): rows of tokens
+// cut into segments, each with its own KV cache, KV slots, RoPE positions and visibility. Prefill
+// (one segment of many rows), decode (one row), candidate scoring (one segment per candidate over
+// one cache, each hiding the others) and classification (no logits, the final hidden state) are
+// all callers of it; a batched engine puts the rows of many sessions into one call.
+//
+// Work is split over a thread pool by output rows (matrices) and by KV head and block of 16 rows
+// (attention); every output is computed by one thread, so results do not depend on the thread
+// count. The kernel form (the exact per-group form, or the tile form of large batches) is chosen
+// per segment from that segment's own row count, so a row computes the same numbers whatever
+// else shares its batch.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
-#include <vector>
+#include <string_view>
+#if POCKET_FORWARD_TRACE
+#include <functional>
+#endif
 
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/scratch.h"
 
 namespace pocket {
 
-// Activation buffers for up to max_batch tokens and n_threads threads, allocated once per
-// session: nothing on the decode path allocates.
-class ForwardScratch {
- public:
-  // Buffers only the dense (float) path needs are left out when every matrix is packed.
-  static StatusOr<ForwardScratch> Create(const Model& model, int32_t max_batch, int32_t n_threads);
-  int32_t max_batch() const { return max_batch_; }
-  size_t bytes() const { return bytes_; }
-
-  float* x = nullptr;         // [B, d_model] residual stream
-  float* xn = nullptr;        // [B, max(d_model, q_dim, d_ff)] normalized input of a dense matrix
-  float* qkv = nullptr;       // [B, q_dim + 2 kv_dim]
-  float* attn = nullptr;      // [B, q_dim] attention output
-  float* gate = nullptr;      // [B, d_ff] (SwiGLU output when packed)
-  float* up = nullptr;        // [B, d_ff]
-  QuantizedRows quant;        // int8 activations [B, max cols]
-  float* rope_cos = nullptr;  // [B, head_dim / 2]
-  float* rope_sin = nullptr;
-  float* thread_scratch = nullptr;  // [n_threads, per_thread_floats]
-  int64_t per_thread_floats = 0;
-
- private:
-  std::unique_ptr<uint8_t[]> buffer_;
-  int32_t max_batch_ = 0;
-  size_t bytes_ = 0;
+// Which KV slots the rows of a segment see (always only slots of the segment's own cache).
+enum class Visibility : uint8_t {
+  // Row t sees slots [0, its own slot], minus the segment's hidden range.
+  kCausal,
+  // Every row sees slots [0, the segment's last slot], minus the hidden range: each row sees the
+  // segment's later rows too (block drafters, encoders).
+  kBidirectional,
 };
 
-// Runs tokens at positions [pos0, pos0 + n) (n <= scratch.max_batch()), filling the KV cache.
-// logits: [n, vocab] when all_positions, else [1, vocab] for the last token only (or null).
-Status Prefill(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-               std::span<const int32_t> tokens, int32_t pos0, bool all_positions, float* logits);
-
-// Runs tokens as Prefill does, but skips the output matrix: writes the final-norm hidden state
-// of the last token (RMSNorm with output_norm, the output matrix's input; [d_model]) to `hidden`.
-// Classification heads read it.
-Status PrefillHidden(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-                     std::span<const int32_t> tokens, int32_t pos0, float* hidden);
-
-// Candidate continuations of a prompt evaluated in one pass with a tree attention mask (each
-// candidate sees the prompt and its own earlier tokens). The batch occupies KV slots
-// [pos0, pos0 + tokens.size()), candidates one after another; each segment hides the slots of
-// the candidates before its own.
-struct TreeBatch {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t>
-      rope_pos;  // RoPE position of each token (candidates restart after the prompt)
-  struct Segment {
-    int32_t t_begin = 0, t_end = 0;            // batch tokens (at most 16, one candidate)
-    int32_t hidden_begin = 0, hidden_end = 0;  // KV slots they must not see
-  };
-  std::vector<Segment> segments;  // cover the batch, in order
+// A run of consecutive rows of the batch that share a KV cache. Row row_begin + i writes its keys
+// and values to slot kv_pos + i of `kv` and is rotated to RoPE position rope_pos + i.
+struct BatchSegment {
+  KvCache* kv = nullptr;
+  int32_t row_begin = 0;
+  int32_t row_end = 0;
+  int32_t kv_pos = 0;
+  int32_t rope_pos = -1;  // -1: kv_pos (the usual case; tree scoring restarts positions)
+  Visibility visibility = Visibility::kCausal;
+  // Slots [hidden_begin, hidden_end) of the cache that no row of the segment sees (a tree batch:
+  // each candidate hides the candidates stored before it). Must end at or before kv_pos.
+  int32_t hidden_begin = 0;
+  int32_t hidden_end = 0;
+  int32_t n_rows() const { return row_end - row_begin; }
 };
 
-// Runs a tree batch (tokens.size() <= scratch.max_batch()); logits: [n, vocab] for every token.
-Status PrefillTree(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-                   const TreeBatch& batch, int32_t pos0, float* logits);
+#if POCKET_FORWARD_TRACE
+// Receives an intermediate of the pass: rows [0, n_rows) of `cols` floats, row stride ld.
+using ForwardTrace = std::function<void(std::string_view name, const float* x, int64_t n_rows,
+                                        int64_t cols, int64_t ld)>;
+#endif
 
-// One token at position pos; logits: [vocab].
-Status Decode(const Model& model, KvCache& kv, ForwardScratch& scratch, ThreadPool& pool,
-              int32_t token, int32_t pos, float* logits);
+// What Forward computes and where the results go.
+struct ForwardBatch {
+  std::span<const int32_t> tokens;         // one per row; at most scratch.max_batch() rows
+  std::span<const BatchSegment> segments;  // cover the rows in order, without gaps
+  // Rows whose outputs are returned (ascending, each once); the outputs below are indexed by the
+  // position in this list.
+  std::span<const int32_t> output_rows;
+  float* logits = nullptr;        // [output_rows.size(), vocab], or null for none
+  float* final_hidden = nullptr;  // [output_rows.size(), d_model]: final-norm hidden states
+  // The residual stream after each of these layers (0-based), for drafters that condition on the
+  // target's hidden states: [layers.size(), output_rows.size(), d_model].
+  std::span<const int32_t> hidden_layers;
+  float* layer_hidden = nullptr;
+#if POCKET_FORWARD_TRACE
+  // Debug builds only (compiled out of release): every intermediate the numpy reference can
+  // recompute, by name ("embed", "blk.3.attn_out", "blk.3.ffn_out", "output_norm"), all rows.
+  const ForwardTrace* trace = nullptr;
+#endif
+};
+
+// Runs the batch: appends every row's keys and values to its segment's cache and fills the
+// requested outputs. Errors name the row, token and slot (a token outside the vocabulary, slots
+// outside a cache, a malformed batch).
+Status Forward(const Model& model, ForwardScratch& scratch, ThreadPool& pool,
+               const ForwardBatch& batch);
 
 }  // namespace pocket

@@ -13,11 +13,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "generate/constraint.h"
-#include "generate/sampler.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "runtime/generate_types.h"
 
 namespace pocket {
 
@@ -25,49 +24,17 @@ struct SessionOptions {
   int32_t n_ctx = 4096;  // context size in tokens (clamped to the model's training context)
   int32_t n_batch =
       512;  // prefill chunk (clamped to n_ctx); cancellation is checked between chunks
-  int32_t n_threads = 0;  // 0: one per hardware thread
+  // Without a pool: the threads of the session's own pool (0: one per hardware thread). With
+  // one: 0 or the pool's size.
+  int32_t n_threads = 0;
   KvType kv_type = KvType::kF16;
+  // The threads the session computes on. Sessions of one model share one pool (the CLI, the C API
+  // and the engine make one per model and thread count); without one, the session makes its own.
+  std::shared_ptr<ThreadPool> pool = nullptr;
 };
 
-enum class StopReason {
-  kEos,          // the model emitted an end-of-generation token
-  kStopString,   // a stop string appeared (it is not part of the returned text)
-  kMaxTokens,    // the token budget ran out
-  kCancelled,    // Cancel() was called
-  kCallback,     // the stream callback returned false
-  kContextFull,  // no room left in the context
-};
-std::string_view StopReasonName(StopReason reason);
-
-// Called after each prefill chunk with the prompt tokens evaluated so far and the total.
-using PrefillProgress = std::function<void(int32_t n_done, int32_t n_total)>;
-
-struct GenerateOptions {
-  SamplerParams sampling;
-  // Optional (not owned; reset by Generate): only tokens it allows are sampled, a token it alone
-  // allows is taken without sampling, the model may stop only when the output is complete, and a
-  // budget that runs out first is an error (ResourceExhausted), never a cut output.
-  Constraint* constraint = nullptr;
-  int32_t max_tokens = 256;
-  std::vector<std::string> stop_strings;
-  PrefillProgress on_prefill_progress;
-};
-
-struct GenerateResult {
-  std::string text;
-  std::vector<int32_t> tokens;  // generated tokens (not including a final stop token)
-  StopReason stop_reason = StopReason::kMaxTokens;
-  int32_t n_prompt_tokens = 0;  // prompt tokens that were actually evaluated (not reused)
-  int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
-  uint64_t seed = 0;            // the sampler's seed (options.sampling.seed), to reproduce the run
-  int64_t prefill_us = 0;
-  int64_t decode_us = 0;
-  // With a constraint: time spent computing masks and accepting tokens (part of decode_us), the
-  // masks computed, and the tokens emitted without sampling (the only continuation).
-  int64_t constraint_us = 0;
-  int32_t n_masks = 0;
-  int32_t n_forced_tokens = 0;
-};
+// A pool of n_threads threads (0: one per hardware thread; at most 256).
+StatusOr<std::shared_ptr<ThreadPool>> MakeThreadPool(int32_t n_threads);
 
 // One candidate continuation scored by Session::Score.
 struct CandidateScore {
@@ -86,9 +53,6 @@ struct LabelScore {
   double logprob = 0.0;      // log-softmax over the labels
   double probability = 0.0;  // exp(logprob); the labels' probabilities sum to 1
 };
-
-// Receives each piece of generated text (whole UTF-8 characters); return false to stop.
-using StreamCallback = std::function<bool(std::string_view piece)>;
 
 class Session {
  public:
@@ -155,6 +119,12 @@ class Session {
   // kCancelled, the others with a Cancelled error). Each of those calls clears the request when
   // it returns, so one Cancel() stops exactly one call.
   void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
+#if POCKET_FORWARD_TRACE
+  // Debug builds: every later forward pass hands its intermediates to `trace` (forward.h).
+  void set_trace(ForwardTrace trace) {
+    trace_ = std::move(trace);
+  }
+#endif
   // Forgets the context.
   void Reset() {
     history_.clear();
@@ -163,8 +133,18 @@ class Session {
 
  private:
   Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch,
-          int32_t n_threads);
-  bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }
+          std::shared_ptr<ThreadPool> pool);
+  // One forward pass of `tokens` at the end of the history (without updating it): outputs for
+  // `rows` (indices into tokens) as logits and/or final hidden states.
+  Status Evaluate(std::span<const int32_t> tokens, std::span<const int32_t> rows, float* logits,
+                  float* hidden);
+  // The prefiller of Generate: the context becomes `prompt` (reused rows counted in `result`);
+  // false when it was cancelled (the result says so).
+  StatusOr<bool> PrefillPrompt(std::span<const int32_t> prompt, const GenerateOptions& options,
+                               GenerateResult* result);
+  bool cancelled() const {
+    return cancel_.load(std::memory_order_relaxed);
+  }
   // Clears a cancel request when the public call that owns it returns.
   struct CancelScope {
     explicit CancelScope(std::atomic<bool>* flag) : flag_(flag) {}
@@ -177,7 +157,7 @@ class Session {
   std::shared_ptr<const Model> model_;
   KvCache kv_;
   ForwardScratch scratch_;
-  std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<ThreadPool> pool_;
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;
@@ -187,6 +167,9 @@ class Session {
   std::vector<float> masked_;        // constrained logits (reused)
   std::vector<uint64_t> mask_bits_;  // the constraint's allowed tokens (reused)
   std::atomic<bool> cancel_{false};
+#if POCKET_FORWARD_TRACE
+  ForwardTrace trace_;
+#endif
 };
 
 }  // namespace pocket

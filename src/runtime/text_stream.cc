@@ -7,7 +7,7 @@ namespace pocket {
 bool TextStream::Push(int32_t token, std::string* piece) {
   piece->clear();
   if (finished_) return true;
-  text_ += decoder_.Push(token);
+  decoder_.PushTo(token, &text_);
   return Scan(piece);
 }
 

@@ -15,6 +15,8 @@ class TextStream {
   TextStream(const Tokenizer* tokenizer, std::vector<std::string> stop_strings)
       : decoder_(tokenizer), stop_strings_(std::move(stop_strings)) {}
 
+  // Room for `bytes` of text, so pushing tokens allocates nothing until it is exceeded.
+  void Reserve(size_t bytes) { text_.reserve(bytes); }
   // Appends the token's text; `piece` receives what may be shown now. Returns true when a stop
   // string appeared: `piece` then ends just before it and the stream is finished.
   bool Push(int32_t token, std::string* piece);

@@ -117,6 +117,8 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
   // Text that became complete with this token (possibly empty). Out-of-range ids add nothing.
   std::string Push(int32_t id);
+  // The same, appended to `out` (allocates nothing once `out` and the decoder have grown).
+  void PushTo(int32_t id, std::string* out);
   // Whatever is held back, with incomplete characters replaced by U+FFFD. Resets.
   std::string Flush();
   void Reset() {

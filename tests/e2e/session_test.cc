@@ -277,5 +277,74 @@ TEST(SessionTest, ErrorsAreValues) {
   EXPECT_EQ(full->stop_reason, StopReason::kContextFull);
 }
 
+// Sampling works on a copy: penalties must not change the logits the session keeps for its
+// context, which the next call with the same context reuses (they once did: a second call saw
+// the prompt's tokens penalized twice).
+TEST(SessionTest, PenaltiesLeaveTheCachedLogitsAlone) {
+  auto model = Stories();
+  ASSERT_NE(model, nullptr);
+  SessionOptions so;
+  so.n_ctx = 256;
+  so.n_threads = 1;
+  auto a = Session::Create(model, so);
+  auto b = Session::Create(model, so);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto prompt = model->tokenizer()->Encode("Once upon a time there was a cat", {.add_bos = true});
+  ASSERT_TRUE(prompt.ok());
+  GenerateOptions o = Greedy(1);
+  o.sampling.repetition_penalty = 1.5f;
+  o.sampling.presence_penalty = 2.0f;
+  o.sampling.frequency_penalty = 1.0f;
+  auto first = (*a)->Generate(*prompt, o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE((*b)->SetContext(*prompt).ok());
+  const std::span<const float> kept = (*a)->last_logits(), fresh = (*b)->last_logits();
+  ASSERT_EQ(kept.size(), fresh.size());
+  for (size_t i = 0; i < kept.size(); ++i) ASSERT_EQ(kept[i], fresh[i]) << "token " << i;
+  // And the same request again picks the same token.
+  auto second = (*a)->Generate(*prompt, o);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->tokens, first->tokens);
+}
+
+// Sessions of one model share one thread pool; sessions given the pool compute what a session
+// with a pool of its own computes.
+TEST(SessionTest, SessionsShareAnInjectedPool) {
+  auto model = Stories();
+  ASSERT_NE(model, nullptr);
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  SessionOptions own_options;
+  own_options.n_ctx = 256;
+  own_options.n_threads = 2;
+  auto own = Session::Create(model, own_options);
+  ASSERT_TRUE(own.ok());
+  std::vector<std::string> texts(3);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < texts.size(); ++t) {
+    threads.emplace_back([&, t] {
+      SessionOptions shared;
+      shared.n_ctx = 256;
+      shared.pool = *pool;
+      auto s = Session::Create(model, shared);
+      ASSERT_TRUE(s.ok());
+      EXPECT_EQ((*s)->n_threads(), 2);
+      auto r = (*s)->Generate("Once upon a time", Greedy(24));
+      ASSERT_TRUE(r.ok());
+      texts[t] = r->text;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  auto alone = (*own)->Generate("Once upon a time", Greedy(24));
+  ASSERT_TRUE(alone.ok());
+  for (const std::string& text : texts) EXPECT_EQ(text, alone->text);
+  EXPECT_EQ((*pool)->n_threads(), 2);
+  // A thread count that contradicts the pool is an error, not a silent choice.
+  SessionOptions contradicting;
+  contradicting.pool = *pool;
+  contradicting.n_threads = 3;
+  EXPECT_FALSE(Session::Create(model, contradicting).ok());
+}
+
 }  // namespace
 }  // namespace pocket

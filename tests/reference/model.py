@@ -101,9 +101,10 @@ class Model:
         x = self.final_hidden(ids, dtype, last_only)
         return x @ self.weights_as(dtype)["output"].T              # [n, vocab], in dtype
 
-    def final_hidden(self, ids, dtype=np.float32, last_only=False):
+    def final_hidden(self, ids, dtype=np.float32, last_only=False, trace=None):
         """The final-norm hidden states [n_tokens, d_model] (or [1, d_model]): what the output
-        matrix, or a classification head, multiplies."""
+        matrix, or a classification head, multiplies. trace(name, x), when given, receives the
+        intermediates pocket's debug trace names: "embed" and "blk.N.out" (the residual stream)."""
         c = self.config
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or ids.size == 0:
@@ -114,9 +115,13 @@ class Model:
         n = ids.size
         cos, sin = rope_tables(n, c.head_dim, c.rope_base, dtype)
         x = w["token_embd"][ids]                                    # [n, d_model]
+        if trace:
+            trace("embed", x)
         for i in range(c.n_layers):
             x = x + self.attention(w, i, rms_norm(x, w[f"{i}.attn_norm"], c.rms_eps), cos, sin)
             x = x + self.feed_forward(w, i, rms_norm(x, w[f"{i}.ffn_norm"], c.rms_eps))
+            if trace:
+                trace(f"blk.{i}.out", x)
         if last_only:
             x = x[-1:]
         return rms_norm(x, w["output_norm"], c.rms_eps)

@@ -56,6 +56,15 @@ def cmd_logits(args):
           f"{','.join(str(int(t)) for t in logits.argmax(axis=1))}", file=sys.stderr)
 
 
+def cmd_trace(args):
+    m = model_lib.load_model(args.model, args.tokenizer)
+    ids = ids_from_args(args, m)
+    out = {}
+    m.final_hidden(ids, trace=lambda name, x: out.__setitem__(name, np.asarray(x, np.float32)))
+    np.savez(args.output, **out)
+    print(f"wrote {args.output}: {len(out)} intermediates", file=sys.stderr)
+
+
 def cmd_generate(args):
     m = model_lib.load_model(args.model, args.tokenizer)
     ids = ids_from_args(args, m)
@@ -190,6 +199,11 @@ def main(argv=None):
     common(sp)
     sp.add_argument("-o", "--output", required=True)
     sp.set_defaults(func=cmd_logits)
+
+    sp = sub.add_parser("trace", help="every intermediate pocket's debug trace names -> .npz")
+    common(sp)
+    sp.add_argument("-o", "--output", required=True)
+    sp.set_defaults(func=cmd_trace)
 
     sp = sub.add_parser("generate", help="greedy generation by full recompute")
     common(sp)

@@ -1,0 +1,90 @@
+// The activation buffers of the forward pass: one allocation per session (or engine), made of
+// named regions, so nothing on the decode path allocates. Regions that are never live at the same
+// time share bytes, and say so where they are declared (ScratchPlan::Overlay).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/kernel_table.h"
+#include "model/model.h"
+
+namespace pocket {
+
+// A buffer laid out as named regions, each 64-byte aligned. Region pointers are filled in by
+// Allocate.
+class ScratchPlan {
+ public:
+  struct Region {
+    std::string_view name;
+    size_t bytes = 0;
+    void** out = nullptr;  // receives the region's address
+  };
+  // A region of its own.
+  void Add(std::string_view name, size_t bytes, void** out);
+  // Two groups of regions that are never live at the same time: each group is laid out region
+  // after region, and both groups start at the same offset (the larger one sets the size).
+  void Overlay(std::initializer_list<Region> first, std::initializer_list<Region> second);
+  // One buffer for every region; the names appear in the error when it cannot be allocated.
+  StatusOr<std::unique_ptr<uint8_t[]>> Allocate(size_t* total_bytes);
+
+ private:
+  struct Placed {
+    Region region;
+    size_t offset;
+  };
+  std::vector<Placed> placed_;
+  size_t size_ = 0;
+};
+
+// Activation buffers for up to max_batch rows and n_threads threads.
+class ForwardScratch {
+ public:
+  // Buffers only the dense (float) path needs are left out when every matrix is packed.
+  static StatusOr<ForwardScratch> Create(const Model& model, int32_t max_batch, int32_t n_threads);
+  int32_t max_batch() const { return max_batch_; }
+  int32_t n_threads() const { return n_threads_; }
+  size_t bytes() const { return bytes_; }
+  // Row indices [begin, end) (an output_rows list for "every row" or a range of them).
+  std::span<const int32_t> rows(int32_t begin, int32_t end) const {
+    return std::span<const int32_t>(row_ids_).subspan(static_cast<size_t>(begin),
+                                                      static_cast<size_t>(end - begin));
+  }
+
+  float* x = nullptr;     // [B, d_model] residual stream
+  float* xn = nullptr;    // [B, max(d_model, q_dim, d_ff)] normalized input of a dense matrix
+  float* qkv = nullptr;   // [B, q_dim + 2 kv_dim]   } attention block
+  float* attn = nullptr;  // [B, q_dim] output        }
+  float* gate = nullptr;  // [B, d_ff] (SwiGLU output when packed)  } feed-forward block, over
+  float* up = nullptr;    // [B, d_ff] (dense path only)            } the attention block's bytes
+  QuantizedRows quant;    // int8 activations [B, max cols], scales and sums [B, max groups]
+  float* rope_cos = nullptr;        // [B, head_dim / 2]
+  float* rope_sin = nullptr;        // [B, head_dim / 2]
+  float* thread_scratch = nullptr;  // [n_threads, per_thread_floats]
+  int64_t per_thread_floats = 0;
+
+  // Bookkeeping of one pass, sized for max_batch segments up front (a pass only clears and
+  // refills them): row runs that share a kernel form, and the first attention task of each
+  // segment.
+  struct FormRun {
+    int32_t row_begin = 0, row_end = 0;
+    bool tiles = false;  // the tile form of large batches (else the exact per-group form)
+  };
+  std::vector<FormRun> runs;
+  std::vector<int64_t> task_begin;  // [segments + 1]
+
+ private:
+  std::unique_ptr<uint8_t[]> buffer_;
+  std::vector<int32_t> row_ids_;  // 0, 1, ..., max_batch - 1
+  int32_t max_batch_ = 0;
+  int32_t n_threads_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace pocket

@@ -1,0 +1,59 @@
+// What a generation request asks for and what it returns: shared by the session, the token-step
+// pipeline, the request translation and (later) the engine and the server.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "generate/constraint.h"
+#include "generate/sampler.h"
+
+namespace pocket {
+
+enum class StopReason {
+  kEos,          // the model emitted an end-of-generation token
+  kStopString,   // a stop string appeared (it is not part of the returned text)
+  kMaxTokens,    // the token budget ran out
+  kCancelled,    // Cancel() was called
+  kCallback,     // the stream callback returned false
+  kContextFull,  // no room left in the context
+};
+std::string_view StopReasonName(StopReason reason);
+
+// Called after each prefill chunk with the prompt tokens evaluated so far and the total.
+using PrefillProgress = std::function<void(int32_t n_done, int32_t n_total)>;
+
+struct GenerateOptions {
+  SamplerParams sampling;
+  // Optional (not owned; reset by Generate): only tokens it allows are sampled, a token it alone
+  // allows is taken without sampling, the model may stop only when the output is complete, and a
+  // budget that runs out first is an error (ResourceExhausted), never a cut output.
+  Constraint* constraint = nullptr;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop_strings;
+  PrefillProgress on_prefill_progress;
+};
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> tokens;  // generated tokens (not including a final stop token)
+  StopReason stop_reason = StopReason::kMaxTokens;
+  int32_t n_prompt_tokens = 0;  // prompt tokens that were actually evaluated (not reused)
+  int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
+  uint64_t seed = 0;            // the sampler's seed (options.sampling.seed), to reproduce the run
+  int64_t prefill_us = 0;
+  int64_t decode_us = 0;
+  // With a constraint: time spent computing masks and accepting tokens (part of decode_us), the
+  // masks computed, and the tokens emitted without sampling (the only continuation).
+  int64_t constraint_us = 0;
+  int32_t n_masks = 0;
+  int32_t n_forced_tokens = 0;
+};
+
+// Receives each piece of generated text (whole UTF-8 characters); return false to stop.
+using StreamCallback = std::function<bool(std::string_view piece)>;
+
+}  // namespace pocket
