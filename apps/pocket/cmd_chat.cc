@@ -67,6 +67,16 @@ Command AddChatCommand(CLI::App& root) {
   return {app, [=]() -> int {
             auto options = flags->Options();
             if (!options.ok()) return ReportUsageError(options.status().message());
+            // --spec: the drafter lives as long as the chat (options point to it).
+            std::unique_ptr<Drafter> drafter;
+            {
+              auto request = flags->Request();
+              if (!request.ok()) return ReportUsageError(request.status().message());
+              auto made = MakeDrafter(*request);
+              if (!made.ok()) return ReportUsageError(made.status().message());
+              drafter = std::move(*made);
+              options->drafter = drafter.get();
+            }
             auto so = flags->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
             // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit.

@@ -119,6 +119,9 @@ nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
       {"constraint_us_per_token",
        r.n_masks > 0 ? static_cast<double>(r.constraint_us) / r.n_masks : 0.0},
       {"forced_tokens", r.n_forced_tokens},
+      {"verify_passes", r.n_verify_passes},
+      {"drafted_tokens", r.n_drafted},
+      {"accepted_draft_tokens", r.n_draft_accepted},
       {"load_ms", static_cast<double>(model.load_us()) / 1000.0},
       {"file_bytes", model.source().file_bytes()},
       {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};

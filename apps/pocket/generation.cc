@@ -36,6 +36,16 @@ void GenerationFlags::Register(CLI::App* app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("--system", system, "system message (run: with --chat)");
   app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
+  app->add_option("--spec", spec,
+                  "speculative decoding: none, or lookup (drafts copied from earlier text, "
+                  "verified in one pass; the output is exactly that of plain decoding)")
+      ->capture_default_str();
+  app->add_option("--draft-max", draft_max, "--spec: tokens drafted per verification pass at most")
+      ->capture_default_str();
+  app->add_option("--lookup-min", lookup_min, "--spec lookup: shortest n-gram matched")
+      ->capture_default_str();
+  app->add_option("--lookup-max", lookup_max, "--spec lookup: longest n-gram matched")
+      ->capture_default_str();
 }
 
 namespace {
@@ -75,7 +85,12 @@ StatusOr<GenerateRequest> GenerationFlags::Request() const {
   r.chat.enable_thinking = !no_think;
   r.wording.no_tokenizer = StrCat(model, " has no tokenizer; pass one with --tokenizer");
   r.wording.no_chat_template = kNoChatTemplate;
+  r.spec = spec;
+  r.draft_max = draft_max;
+  r.lookup.min_ngram = lookup_min;
+  r.lookup.max_ngram = lookup_max;
   POCKET_RETURN_IF_ERROR(r.sampling.Validate());
+  POCKET_RETURN_IF_ERROR(MakeDrafter(r).status());  // a usage error before loading
   return r;
 }
 
@@ -95,6 +110,12 @@ void PrintStats(const GenerateResult& r) {
                decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0,
                std::string(StopReasonName(r.stop_reason)).c_str(),
                static_cast<unsigned long long>(r.seed));
+  if (r.n_verify_passes > 0) {
+    std::fprintf(stderr,
+                 "pocket: speculative: %d verification passes for %zu tokens, %d of %d drafted "
+                 "tokens accepted\n",
+                 r.n_verify_passes, r.tokens.size(), r.n_draft_accepted, r.n_drafted);
+  }
   if (r.n_masks > 0) {
     std::fprintf(stderr,
                  "pocket: constraint: %d masks, %.1f us per token (%.1f ms in all), %d tokens "

@@ -30,6 +30,10 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::string system;
   bool no_think = false;
+  std::string spec = "none";
+  int32_t draft_max = 8;
+  int32_t lookup_min = 1;
+  int32_t lookup_max = 3;
 
   void Register(CLI::App* app);
   // The request these flags make, without its input (runtime/request.h): -n -1 becomes "until end

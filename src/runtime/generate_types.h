@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generate/constraint.h"
+#include "generate/drafter.h"
 #include "generate/sampler.h"
 
 namespace pocket {
@@ -35,6 +36,11 @@ struct GenerateOptions {
   int32_t max_tokens = 256;
   std::vector<std::string> stop_strings;
   PrefillProgress on_prefill_progress;
+  // Optional (not owned): speculative decoding. The drafter proposes up to draft_max tokens, the
+  // target verifies them in one forward pass and keeps those its own sampler chain picks, so the
+  // output is exactly that of plain decoding (the same seed, the same tokens).
+  Drafter* drafter = nullptr;
+  int32_t draft_max = 8;
 };
 
 struct GenerateResult {
@@ -51,6 +57,10 @@ struct GenerateResult {
   int64_t constraint_us = 0;
   int32_t n_masks = 0;
   int32_t n_forced_tokens = 0;
+  // With a drafter: verification passes, tokens drafted, drafted tokens kept.
+  int32_t n_verify_passes = 0;
+  int32_t n_drafted = 0;
+  int32_t n_draft_accepted = 0;
 };
 
 // Receives each piece of generated text (whole UTF-8 characters); return false to stop.

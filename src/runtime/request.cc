@@ -217,9 +217,23 @@ GenerateOptions MakeGenerateOptions(const GenerateRequest& request) {
   GenerateOptions o;
   o.sampling = request.sampling;
   if (request.random_seed) o.sampling.seed = DrawSeed(request.seed_bits);
+  o.draft_max = request.draft_max;
   o.max_tokens = request.max_tokens;
   o.stop_strings = request.stop;
   return o;
+}
+
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request) {
+  if (request.spec.empty() || request.spec == "none") return std::unique_ptr<Drafter>();
+  if (request.spec != "lookup") {
+    return InvalidArgumentError("unknown speculative decoding mode ", QuoteBytes(request.spec),
+                                " (none or lookup)");
+  }
+  if (request.draft_max < 1) {
+    return InvalidArgumentError("draft length must be at least 1, got ", request.draft_max);
+  }
+  POCKET_RETURN_IF_ERROR(request.lookup.Validate());
+  return std::unique_ptr<Drafter>(std::make_unique<PromptLookupDrafter>(request.lookup));
 }
 
 StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateRequest& request) {
@@ -246,6 +260,8 @@ StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateReque
   }
   out.options = MakeGenerateOptions(request);
   out.options.constraint = out.constraint.get();
+  POCKET_ASSIGN_OR_RETURN(out.drafter, MakeDrafter(request));
+  out.options.drafter = out.drafter.get();
   POCKET_RETURN_IF_ERROR(out.options.sampling.Validate());
   return out;
 }

@@ -32,6 +32,7 @@
 
 #include "base/status.h"
 #include "generate/constraint.h"
+#include "generate/drafter.h"
 #include "generate/sampler.h"
 #include "model/model.h"
 #include "runtime/session.h"
@@ -106,7 +107,17 @@ struct GenerateRequest : PromptRequest {
   // Prefixed as "<origin>: " to the constraint's compile errors (the CLI: the file it was read
   // from); empty: nothing.
   std::string constraint_origin;
+  // Speculative decoding (lossless: the same tokens as plain decoding): "" or "none", or "lookup"
+  // (prompt lookup: n-grams of lookup.min_ngram..max_ngram tokens); up to draft_max tokens per
+  // verification pass.
+  std::string spec;
+  int32_t draft_max = GenerateOptions().draft_max;
+  PromptLookupOptions lookup;
 };
+
+// The drafter `request.spec` names (null for plain decoding); an unknown mode or bad sizes are
+// InvalidArgument errors naming them.
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request);
 
 inline constexpr int32_t kNoTokenLimit = INT32_MAX;
 
@@ -114,8 +125,9 @@ inline constexpr int32_t kNoTokenLimit = INT32_MAX;
 // Movable; options.constraint points to *constraint, which moves with it.
 struct PreparedRequest {
   PromptTokens prompt;
-  GenerateOptions options;  // options.constraint == constraint.get()
+  GenerateOptions options;  // options.constraint == constraint.get(), .drafter == drafter.get()
   std::unique_ptr<Constraint> constraint;
+  std::unique_ptr<Drafter> drafter;
   // ChoiceMode::kBest with choices: the candidates' texts and their tokens by the one candidate
   // rule (runtime/candidates.h) after `prompt`; no constraint then.
   std::vector<std::string> choices;

@@ -401,5 +401,31 @@ TEST(PrepareRequest, GeneratesFromThePreparedInputs) {
   EXPECT_EQ(out->seed, p->options.sampling.seed);
 }
 
+TEST(PrepareRequest, SpecNamesTheDrafterAndOptionsPointToIt) {
+  const Model& m = *Stories();
+  GenerateRequest r = PromptOf("Once", false);
+  auto plain = PrepareRequest(m, r);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->drafter, nullptr);
+  EXPECT_EQ(plain->options.drafter, nullptr);
+  r.spec = "lookup";
+  r.draft_max = 5;
+  auto p = PrepareRequest(m, r);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_NE(p->drafter, nullptr);
+  EXPECT_EQ(p->options.drafter, p->drafter.get());
+  EXPECT_EQ(p->options.draft_max, 5);
+  PreparedRequest moved = std::move(*p);
+  EXPECT_EQ(moved.options.drafter, moved.drafter.get());
+  r.spec = "medusa";
+  auto unknown = PrepareRequest(m, r);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("\"medusa\""), std::string::npos);
+  r.spec = "lookup";
+  r.lookup.min_ngram = 4;
+  r.lookup.max_ngram = 2;
+  EXPECT_FALSE(PrepareRequest(m, r).ok());
+}
+
 }  // namespace
 }  // namespace pocket

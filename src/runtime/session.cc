@@ -180,6 +180,12 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   // The token steps: logits -> mask -> sample -> accept -> stop checks -> stream (token_step.h),
   // then the chosen token's forward pass gives the next logits.
   TokenStep step(*model_, options, on_text, &result, &masked_, &mask_bits_);
+  if (options.drafter != nullptr) {
+    POCKET_RETURN_IF_ERROR(DecodeSpeculative(step, options, &result));
+    POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
+    result.decode_us = watch.elapsed_us();
+    return result;
+  }
   for (int32_t i = 0; i < options.max_tokens; ++i) {
     if (cancelled()) {
       result.stop_reason = StopReason::kCancelled;

@@ -54,6 +54,8 @@ struct LabelScore {
   double probability = 0.0;  // exp(logprob); the labels' probabilities sum to 1
 };
 
+class TokenStep;
+
 class Session {
  public:
   static StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const Model> model,
@@ -67,7 +69,7 @@ class Session {
   size_t memory_bytes() const {
     return kv_.bytes() + scratch_.bytes() + history_.capacity() * sizeof(int32_t) +
            (logits_.capacity() + score_logits_.capacity() + hidden_.capacity() +
-            masked_.capacity()) *
+            masked_.capacity() + spec_logits_.capacity()) *
                sizeof(float) +
            mask_bits_.capacity() * sizeof(uint64_t);
   }
@@ -142,6 +144,8 @@ class Session {
   // false when it was cancelled (the result says so).
   StatusOr<bool> PrefillPrompt(std::span<const int32_t> prompt, const GenerateOptions& options,
                                GenerateResult* result);
+  // The decode loop of Generate with a drafter (speculative.cc).
+  Status DecodeSpeculative(TokenStep& step, const GenerateOptions& options, GenerateResult* result);
   bool cancelled() const {
     return cancel_.load(std::memory_order_relaxed);
   }
@@ -161,11 +165,14 @@ class Session {
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;
-  size_t logits_at_ = 0;             // the history length logits_ belong to (0: none)
-  std::vector<float> score_logits_;  // [batch, vocab] logits of the last Score call
-  std::vector<float> hidden_;        // [d_model] final-norm hidden state read by Classify
-  std::vector<float> masked_;        // constrained logits (reused)
-  std::vector<uint64_t> mask_bits_;  // the constraint's allowed tokens (reused)
+  size_t logits_at_ = 0;               // the history length logits_ belong to (0: none)
+  std::vector<float> score_logits_;    // [batch, vocab] logits of the last Score call
+  std::vector<float> hidden_;          // [d_model] final-norm hidden state read by Classify
+  std::vector<float> masked_;          // constrained logits (reused)
+  std::vector<uint64_t> mask_bits_;    // the constraint's allowed tokens (reused)
+  std::vector<int32_t> spec_context_;  // speculative decoding: the drafter's context (reused)
+  std::vector<int32_t> spec_rows_;     // [pending, drafted...]
+  std::vector<float> spec_logits_;     // their logits
   std::atomic<bool> cancel_{false};
 #if POCKET_FORWARD_TRACE
   ForwardTrace trace_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "generate/constraint.h"
+#include "generate/drafter.h"
 #include "runtime/session.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -126,6 +127,17 @@ TEST_P(DecodeAllocTest, SamplingWithPenaltiesAndStopStrings) {
   o.max_tokens = 48;
   o.stop_strings = {"zzzz", "qqq"};
   ExpectNoAllocationPerToken(GenerateTraced(*session_, o), 24);
+}
+
+TEST_P(DecodeAllocTest, SpeculativeWithPromptLookup) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3});
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 64;
+  o.drafter = &lookup;
+  const Trace t = GenerateTraced(*session_, o);
+  EXPECT_GT(t.result.n_verify_passes, 0);
+  ExpectNoAllocationPerToken(t, 24);
 }
 
 TEST_P(DecodeAllocTest, TheCountCanFail) {

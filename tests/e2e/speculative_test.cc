@@ -1,0 +1,209 @@
+// Speculative decoding is lossless: with any deterministic drafter (prompt lookup, one that always
+// guesses wrong, one that replays the answer), Generate emits exactly the tokens of plain decoding,
+// greedy or sampled with a seed, under stop strings, budget ends and constraints; what drafting
+// changes is the number of target passes. Uses the real stories260K model.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "generate/constraint.h"
+#include "generate/drafter.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+const std::string kStories =
+    std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
+const std::string kTok = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/tok512.bin";
+
+std::shared_ptr<const Model> Stories() {
+  LoadOptions o;
+  o.tokenizer_path = kTok;
+  auto m = Model::Load(kStories, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// Proposes a fixed continuation (the plain run's own tokens), cut to the budget: every draft is
+// right until the answer runs out.
+class ReplayDrafter final : public Drafter {
+ public:
+  ReplayDrafter(std::vector<int32_t> prompt, std::vector<int32_t> answer)
+      : prompt_(std::move(prompt)), answer_(std::move(answer)) {}
+  Status Draft(std::span<const int32_t> context, int32_t max_tokens,
+               std::vector<int32_t>* draft) override {
+    draft->clear();
+    const size_t done = context.size() - prompt_.size();  // answer tokens already in the context
+    for (size_t i = done; i < answer_.size() && draft->size() < static_cast<size_t>(max_tokens);
+         ++i)
+      draft->push_back(answer_[i]);
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<int32_t> prompt_, answer_;
+};
+
+// Always wrong (a token the model does not pick next, as far as it can tell: the last one again).
+class StubbornDrafter final : public Drafter {
+ public:
+  Status Draft(std::span<const int32_t> context, int32_t max_tokens,
+               std::vector<int32_t>* draft) override {
+    draft->assign(static_cast<size_t>(max_tokens), context.back());
+    return Status::Ok();
+  }
+};
+
+const char* const kPrompts[] = {
+    "Once upon a time",
+    "Lily and Tom went to the park. Lily and Tom",
+    "The cat sat on the mat. The cat sat on the",
+    "One day, a little girl named Lily found a needle in her room.",
+    "Tim had a red ball. He liked to play with his red ball.",
+    "The sun was shining",
+    "Sue said, \"I want to play!\" Mom said, \"You can play.\" Sue said,",
+    "Ben saw a big dog. The big dog saw Ben. Ben",
+    "There was a little bird who",
+    "The boy and the girl were friends. The boy and the girl",
+    "Mia liked to sing. She sang and sang and sang",
+};
+
+struct Runs {
+  GenerateResult plain, spec;
+};
+
+Runs Both(Session& session, const std::string& prompt, GenerateOptions options, Drafter* drafter) {
+  Runs r;
+  session.Reset();
+  auto plain = session.Generate(prompt, options);
+  EXPECT_TRUE(plain.ok()) << plain.status().ToString();
+  options.drafter = drafter;
+  session.Reset();
+  auto spec = session.Generate(prompt, options);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (plain.ok()) r.plain = std::move(*plain);
+  if (spec.ok()) r.spec = std::move(*spec);
+  return r;
+}
+
+void ExpectSame(const Runs& r, const std::string& what) {
+  EXPECT_EQ(r.spec.tokens, r.plain.tokens) << what;
+  EXPECT_EQ(r.spec.text, r.plain.text) << what;
+  EXPECT_EQ(r.spec.stop_reason, r.plain.stop_reason) << what;
+}
+
+class SpeculativeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = Stories();
+    ASSERT_NE(model_, nullptr);
+    SessionOptions so;
+    so.n_ctx = 512;
+    so.n_threads = 2;
+    auto s = Session::Create(model_, so);
+    ASSERT_TRUE(s.ok());
+    session_ = std::move(*s);
+  }
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Session> session_;
+};
+
+TEST_F(SpeculativeTest, PromptLookupGreedyIsPlainDecoding) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3});
+  int32_t accepted = 0, passes = 0, tokens = 0;
+  for (const char* prompt : kPrompts) {
+    GenerateOptions o;
+    o.sampling.temperature = 0.0f;
+    o.max_tokens = 96;
+    const Runs r = Both(*session_, prompt, o, &lookup);
+    ExpectSame(r, prompt);
+    accepted += r.spec.n_draft_accepted;
+    passes += r.spec.n_verify_passes;
+    tokens += static_cast<int32_t>(r.spec.tokens.size());
+  }
+  // Stories repeat themselves: lookup drafts are often right, so fewer passes than tokens.
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(passes, tokens);
+}
+
+TEST_F(SpeculativeTest, SampledWithASeedIsPlainDecoding) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3});
+  for (uint64_t seed : {1u, 7u, 42u}) {
+    GenerateOptions o;
+    o.sampling.temperature = 0.9f;
+    o.sampling.seed = seed;
+    o.sampling.repetition_penalty = 1.1f;
+    o.max_tokens = 80;
+    ExpectSame(Both(*session_, kPrompts[1], o, &lookup), "seed " + std::to_string(seed));
+  }
+}
+
+TEST_F(SpeculativeTest, EveryDrafterGivesTheSameTokens) {
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 64;
+  const std::string prompt = kPrompts[2];
+  session_->Reset();
+  auto plain = session_->Generate(prompt, o);
+  ASSERT_TRUE(plain.ok());
+  EncodeOptions enc;
+  enc.add_bos = model_->tokenizer()->spec().add_bos;
+  auto prompt_ids = model_->tokenizer()->Encode(prompt, enc);
+  ASSERT_TRUE(prompt_ids.ok());
+  ReplayDrafter replay(*prompt_ids, plain->tokens);
+  StubbornDrafter stubborn;
+  for (int32_t k : {1, 3, 8}) {
+    o.draft_max = k;
+    const Runs right = Both(*session_, prompt, o, &replay);
+    ExpectSame(right, "replay k " + std::to_string(k));
+    // Every draft right: about one pass per k + 1 tokens.
+    EXPECT_LE(right.spec.n_verify_passes, static_cast<int32_t>(plain->tokens.size()) / (k + 1) + 2);
+    EXPECT_EQ(right.spec.n_draft_accepted, right.spec.n_drafted);
+    const Runs wrong = Both(*session_, prompt, o, &stubborn);
+    ExpectSame(wrong, "stubborn k " + std::to_string(k));
+  }
+}
+
+TEST_F(SpeculativeTest, StopStringsBudgetsAndConstraints) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3});
+  for (int32_t budget : {0, 1, 2, 5, 17}) {
+    GenerateOptions o;
+    o.sampling.temperature = 0.0f;
+    o.max_tokens = budget;
+    const Runs r = Both(*session_, kPrompts[4], o, &lookup);
+    ExpectSame(r, "budget " + std::to_string(budget));
+    EXPECT_LE(static_cast<int32_t>(r.spec.tokens.size()), budget);
+  }
+  GenerateOptions stop;
+  stop.sampling.temperature = 0.0f;
+  stop.max_tokens = 120;
+  stop.stop_strings = {"ball", "."};
+  ExpectSame(Both(*session_, kPrompts[4], stop, &lookup), "stop strings");
+  auto regex = MakeRegexConstraint(*model_->tokenizer(), "( ?[a-z]+){1,12}\\.");
+  ASSERT_TRUE(regex.ok()) << regex.status().ToString();
+  GenerateOptions constrained;
+  constrained.sampling.temperature = 0.0f;
+  constrained.max_tokens = 40;
+  constrained.constraint = regex->get();
+  ExpectSame(Both(*session_, kPrompts[3], constrained, &lookup), "regex");
+}
+
+TEST_F(SpeculativeTest, ContextEndIsPlainDecodingToo) {
+  SessionOptions so;
+  so.n_ctx = 48;
+  so.n_threads = 1;
+  auto small = Session::Create(model_, so);
+  ASSERT_TRUE(small.ok());
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3});
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 200;
+  const Runs r = Both(**small, kPrompts[9], o, &lookup);
+  ExpectSame(r, "context full");
+  EXPECT_EQ(r.spec.stop_reason, StopReason::kContextFull);
+  EXPECT_LE((*small)->history().size(), 48u);
+}
+
+}  // namespace
+}  // namespace pocket
