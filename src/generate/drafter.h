@@ -19,6 +19,29 @@ class Drafter {
   // to `draft` (cleared first; empty: no guess). Deterministic: the same context, the same draft.
   virtual Status Draft(std::span<const int32_t> context, int32_t max_tokens,
                        std::vector<int32_t>* draft) = 0;
+
+  // Drafters that sample from a distribution q (a draft model at a temperature above 0) return
+  // true; the verifier then accepts draft[i] with probability min(1, p/q) and needs q:
+  // draft_probs() after a Draft holds [draft.size(), vocab] probabilities, row i the q that
+  // draft[i] was sampled from. Deterministic drafters (the default) return false and are verified
+  // by equality with the target's own choice.
+  virtual bool sampled() const { return false; }
+  virtual std::span<const float> draft_probs() const { return {}; }
+
+  // Block drafters condition on the target's hidden states: the layers (0-based; the residual
+  // stream after each) they read, empty for none. The verifier then hands over, for every token
+  // that enters the target's KV cache (prompt rows and accepted rows, in order), the outputs of
+  // those layers: ObserveHidden(pos, n, hidden, layer_stride) covers context positions
+  // [pos, pos + n), the value of layer j (an index into target_layers()) for position pos + i at
+  // hidden[j * layer_stride + i * d_model + c]. A pos below what the drafter holds means the
+  // context was cut back there (rows from pos on are replaced). Before Draft(context, ...) the
+  // drafter has seen positions [0, context.size() - 1): the last context token is the one the
+  // draft continues, not yet evaluated by the target.
+  virtual std::span<const int32_t> target_layers() const { return {}; }
+  virtual Status ObserveHidden(int32_t /*pos*/, int32_t /*n*/, const float* /*hidden*/,
+                               size_t /*layer_stride*/) {
+    return Status::Ok();
+  }
 };
 
 // Prompt lookup (n-gram matching): finds the most recent earlier occurrence of the context's last

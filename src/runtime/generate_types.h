@@ -41,6 +41,20 @@ struct GenerateOptions {
   // output is exactly that of plain decoding (the same seed, the same tokens).
   Drafter* drafter = nullptr;
   int32_t draft_max = 8;
+  // Fewer drafted tokens than this are not verified (plain decoding takes the step instead).
+  int32_t draft_min = 1;
+  // Auto: speculate only while the measured verification cost and the running acceptance say it
+  // pays (else decode plainly, still checking the drafter's guesses against what is decoded), and
+  // adapt the draft length to the acceptance. Off: verify every draft of at least draft_min tokens.
+  bool spec_auto = false;
+  // Record every verification step in GenerateResult::spec_steps (allocates per step).
+  bool record_spec_steps = false;
+};
+
+// One verification pass of speculative decoding.
+struct SpecStep {
+  std::vector<int32_t> drafted;  // the drafted tokens verified
+  int32_t accepted = 0;          // how many of them were kept
 };
 
 struct GenerateResult {
@@ -61,6 +75,9 @@ struct GenerateResult {
   int32_t n_verify_passes = 0;
   int32_t n_drafted = 0;
   int32_t n_draft_accepted = 0;
+  int32_t n_plain_steps = 0;         // decode steps taken without a draft (auto, short drafts)
+  int64_t draft_us = 0;              // time in the drafter (part of decode_us)
+  std::vector<SpecStep> spec_steps;  // with GenerateOptions::record_spec_steps
 };
 
 // Receives each piece of generated text (whole UTF-8 characters); return false to stop.
