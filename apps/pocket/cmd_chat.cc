@@ -67,24 +67,24 @@ Command AddChatCommand(CLI::App& root) {
   return {app, [=]() -> int {
             auto options = flags->Options();
             if (!options.ok()) return ReportUsageError(options.status().message());
-            // --spec: the drafter lives as long as the chat (options point to it).
-            std::unique_ptr<Drafter> drafter;
-            {
-              auto request = flags->Request();
-              if (!request.ok()) return ReportUsageError(request.status().message());
-              auto made = MakeDrafter(*request);
-              if (!made.ok()) return ReportUsageError(made.status().message());
-              drafter = std::move(*made);
-              options->drafter = drafter.get();
-            }
+            auto request = flags->Request();
+            if (!request.ok()) return ReportUsageError(request.status().message());
             auto so = flags->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
+            // One pool for the session and a draft model's session (they run in turn).
+            auto pool = MakeThreadPool(so->n_threads);
+            if (!pool.ok()) return ReportUsageError(pool.status().message());
+            so->pool = *pool;
             // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit.
             InterruptWatcher watcher;
             auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             auto tmpl = ModelTemplate(**model);
             if (!tmpl.ok()) return ReportError(tmpl.status());
+            // --spec: the drafter lives as long as the chat (options point to it).
+            auto drafter = MakeDrafter(*request, **model, *so);
+            if (!drafter.ok()) return ReportError(drafter.status());
+            options->drafter = drafter->get();
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;

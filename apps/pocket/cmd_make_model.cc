@@ -7,21 +7,91 @@
 #include "base/mapped_file.h"
 #include "base/output_file.h"
 #include "common.h"
+#include "model/dflash.h"
 #include "model/synthetic.h"
 
 namespace pocket::cli {
+
+namespace {
+
+// --preset dflash-drafter: a block drafter (random weights, 2 layers by default) in the released
+// layout, with the target's layer shapes, target layers spread over its depth and the target's pad
+// token (else its last token) as the mask.
+template <typename Flags>
+int MakeDrafter(const Flags& f) {
+  if (f.target.empty()) {
+    return ReportUsageError(
+        "--preset dflash-drafter needs --target MODEL (the model it drafts for)");
+  }
+  DFlashSyntheticOptions o;
+  if (!ParseDType(f.type, &o.weight_type) ||
+      (o.weight_type != DType::kF32 && o.weight_type != DType::kF16 &&
+       o.weight_type != DType::kBF16)) {
+    return ReportUsageError(
+        StrCat("--type ", QuoteBytes(f.type), ": a drafter holds f32, f16 or bf16 weights"));
+  }
+  if ((!f.format.empty() && f.format != "hf") || EndsWith(f.out, ".gguf")) {
+    return ReportUsageError("a DFlash drafter is a Hugging Face directory; give -o DIR");
+  }
+  if (f.block_size < 2) {
+    return ReportUsageError(StrCat("--block-size ", f.block_size, " (expected at least 2)"));
+  }
+  if (f.layers < 0) return ReportUsageError(StrCat("--layers ", f.layers, " (expected >= 1)"));
+  // Only the config and the tokenizer are needed: no repacking.
+  LoadOptions lo;
+  lo.repack = false;
+  lo.huge_pages = false;
+  auto target = Model::Load(f.target, lo);
+  if (!target.ok()) return ReportError(target.status());
+  o.target = (*target)->config();
+  o.n_layers = f.layers > 0 ? f.layers : 2;
+  o.block_size = f.block_size;
+  o.seed = f.seed;
+  const Tokenizer* tok = (*target)->tokenizer();
+  const int32_t pad = tok != nullptr ? tok->spec().pad_id : -1;
+  o.mask_token_id = pad >= 0 && pad < o.target.vocab_size ? pad : o.target.vocab_size - 1;
+  o.input_paths = {f.target, f.target + "/config.json", f.target + "/model.safetensors"};
+  for (const std::string& written : {f.out + "/config.json", f.out + "/model.safetensors"}) {
+    if (Status s = CheckNotAnInput(written, o.input_paths); !s.ok()) return ReportError(s);
+  }
+  if (!IsDirectory(f.out) && ::mkdir(f.out.c_str(), 0755) != 0) {
+    return ReportError(IoError("cannot create directory ", f.out));
+  }
+  if (Status s = WriteSyntheticDFlashDrafter(o, f.out); !s.ok()) return ReportError(s);
+  std::string ids;
+  for (int32_t id : DefaultTargetLayerIds(o.target.n_layers)) {
+    ids += StrCat(ids.empty() ? "" : ",", id);
+  }
+  std::fprintf(stderr,
+               "pocket: wrote %s (DFlash drafter: %d layers, block %d, mask %d, target layers "
+               "%s; %s weights, seed %llu)\n",
+               f.out.c_str(), o.n_layers, o.block_size, o.mask_token_id, ids.c_str(),
+               f.type.c_str(), static_cast<unsigned long long>(o.seed));
+  return 0;
+}
+
+}  // namespace
 
 Command AddMakeModelCommand(CLI::App& root) {
   auto* app =
       root.add_subcommand("make-model", "write a synthetic model (random weights, real shapes)");
   struct Flags {
     std::string preset = "tiny", arch, type = "f32", tokenizer, out, format, template_from, labels;
+    std::string target;  // dflash-drafter: the model the drafter serves
     uint64_t seed = 1;
     bool untied = false, tied = false;
-    int32_t layers = 0, q4_1_grid = 32;
+    int32_t layers = 0, q4_1_grid = 32, block_size = 9;
   };
   auto f = std::make_shared<Flags>();
-  app->add_option("--preset", f->preset, "pocket-0.3b | qwen3-0.6b | tiny")->capture_default_str();
+  app->add_option("--preset", f->preset,
+                  "pocket-0.3b | qwen3-0.6b | tiny | dflash-drafter (a DFlash block drafter for "
+                  "--target, as a Hugging Face directory)")
+      ->capture_default_str();
+  app->add_option("--target", f->target,
+                  "with --preset dflash-drafter: the target model (its shapes, vocabulary and pad "
+                  "token)");
+  app->add_option("--block-size", f->block_size, "with --preset dflash-drafter: tokens per block")
+      ->capture_default_str();
   app->add_option("--arch", f->arch, "qwen3 | qwen2 | llama (default: qwen3)");
   app->add_option("--type", f->type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q4_k | q6_k")
       ->capture_default_str();
@@ -45,11 +115,16 @@ Command AddMakeModelCommand(CLI::App& root) {
   SetExamples(app, {"pocket make-model --preset tiny -o tiny.gguf",
                     "pocket make-model --preset pocket-0.3b --type q4_0 --tokenizer tokenizer.json "
                     "-o pocket-0.3b-q4_0.gguf",
-                    "pocket make-model --preset tiny --arch llama --type bf16 -o tiny-hf/"});
+                    "pocket make-model --preset tiny --arch llama --type bf16 -o tiny-hf/",
+                    "pocket make-model --preset dflash-drafter --target tiny.gguf -o drafter/"});
   return {app, [=]() -> int {
             if (f->out.empty())
               return ReportUsageError("-o is empty; give a .gguf file or a directory");
             if (f->tied && f->untied) return ReportUsageError("--tied and --untied contradict");
+            if (f->preset == "dflash-drafter") return MakeDrafter(*f);
+            if (!f->target.empty()) {
+              return ReportUsageError("--target is for --preset dflash-drafter");
+            }
             Architecture arch = Architecture::kQwen3;
             if (!f->arch.empty() && !ParseArchitecture(f->arch, &arch)) {
               return ReportUsageError(

@@ -101,6 +101,14 @@ std::string CheckUsage(const RunFlags& f, const GenerationFlags& g) {
   return {};
 }
 
+nlohmann::json SpecStepsJson(const GenerateResult& r) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const SpecStep& step : r.spec_steps) {
+    steps.push_back({{"drafted", step.drafted}, {"accepted", step.accepted}});
+  }
+  return steps;
+}
+
 nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
   const double prefill_s = static_cast<double>(r.prefill_us) * 1e-6;
   const double decode_s = static_cast<double>(r.decode_us) * 1e-6;
@@ -122,6 +130,9 @@ nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
       {"verify_passes", r.n_verify_passes},
       {"drafted_tokens", r.n_drafted},
       {"accepted_draft_tokens", r.n_draft_accepted},
+      {"plain_decode_steps", r.n_plain_steps},
+      {"draft_ms", static_cast<double>(r.draft_us) / 1000.0},
+      {"spec_steps", SpecStepsJson(r)},
       {"load_ms", static_cast<double>(model.load_us()) / 1000.0},
       {"file_bytes", model.source().file_bytes()},
       {"peak_rss_bytes", ReadProcessMemory().peak_rss_bytes}};
@@ -250,7 +261,12 @@ Command AddRunCommand(CLI::App& root) {
             } else {
               request->prompt = std::move(text);
             }
-            auto prepared = PrepareRequest(**model, *request);
+            // One pool for the session and a draft model's session (they run in turn).
+            auto pool = MakeThreadPool(so->n_threads);
+            if (!pool.ok()) return ReportUsageError(pool.status().message());
+            so->pool = *pool;
+            request->record_spec_steps = f->json;
+            auto prepared = PrepareRequest(**model, *request, *so);
             if (!prepared.ok()) return ReportError(prepared.status());
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());

@@ -37,10 +37,18 @@ void GenerationFlags::Register(CLI::App* app) {
   app->add_option("--system", system, "system message (run: with --chat)");
   app->add_flag("--no-think", no_think, "Qwen3: disable thinking (enable_thinking=false)");
   app->add_option("--spec", spec,
-                  "speculative decoding: none, or lookup (drafts copied from earlier text, "
-                  "verified in one pass; the output is exactly that of plain decoding)")
+                  "speculative decoding, lossless (the output is that of plain decoding): none; "
+                  "lookup (drafts copied from earlier text); draft:FILE (a draft model with the "
+                  "same vocabulary); auto (lookup, verified only while it pays); auto:MODE (MODE "
+                  "under that policy)")
       ->capture_default_str();
   app->add_option("--draft-max", draft_max, "--spec: tokens drafted per verification pass at most")
+      ->capture_default_str();
+  app->add_option("--draft-min", draft_min, "--spec: shorter drafts are not verified")
+      ->capture_default_str();
+  app->add_option("--draft-p-min", draft_p_min,
+                  "--spec draft:FILE: stop drafting when the draft model's top probability is "
+                  "below this")
       ->capture_default_str();
   app->add_option("--lookup-min", lookup_min, "--spec lookup: shortest n-gram matched")
       ->capture_default_str();
@@ -87,10 +95,12 @@ StatusOr<GenerateRequest> GenerationFlags::Request() const {
   r.wording.no_chat_template = kNoChatTemplate;
   r.spec = spec;
   r.draft_max = draft_max;
+  r.draft_min = draft_min;
+  r.draft_p_min = draft_p_min;
   r.lookup.min_ngram = lookup_min;
   r.lookup.max_ngram = lookup_max;
   POCKET_RETURN_IF_ERROR(r.sampling.Validate());
-  POCKET_RETURN_IF_ERROR(MakeDrafter(r).status());  // a usage error before loading
+  POCKET_RETURN_IF_ERROR(ParseSpec(r).status());  // a usage error before loading
   return r;
 }
 
@@ -110,11 +120,14 @@ void PrintStats(const GenerateResult& r) {
                decode_s > 0 ? static_cast<double>(r.tokens.size()) / decode_s : 0.0,
                std::string(StopReasonName(r.stop_reason)).c_str(),
                static_cast<unsigned long long>(r.seed));
-  if (r.n_verify_passes > 0) {
-    std::fprintf(stderr,
-                 "pocket: speculative: %d verification passes for %zu tokens, %d of %d drafted "
-                 "tokens accepted\n",
-                 r.n_verify_passes, r.tokens.size(), r.n_draft_accepted, r.n_drafted);
+  if (r.n_verify_passes > 0 || r.n_plain_steps > 0) {
+    std::fprintf(
+        stderr,
+        "pocket: speculative: %d verification passes and %d plain steps for %zu tokens, "
+        "%d of %d drafted tokens accepted (%.2f per pass), drafter %.1f ms\n",
+        r.n_verify_passes, r.n_plain_steps, r.tokens.size(), r.n_draft_accepted, r.n_drafted,
+        r.n_verify_passes > 0 ? static_cast<double>(r.n_draft_accepted) / r.n_verify_passes : 0.0,
+        static_cast<double>(r.draft_us) / 1000.0);
   }
   if (r.n_masks > 0) {
     std::fprintf(stderr,

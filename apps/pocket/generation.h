@@ -32,6 +32,8 @@ struct GenerationFlags {
   bool no_think = false;
   std::string spec = "none";
   int32_t draft_max = 8;
+  int32_t draft_min = 1;
+  float draft_p_min = 0.0f;
   int32_t lookup_min = 1;
   int32_t lookup_max = 3;
 

@@ -10,6 +10,9 @@
 
 namespace pocket::cli {
 
+// A debug command, hidden from --help (cmd_drafter_logits.cc).
+Command AddDrafterLogitsCommand(CLI::App& root);
+
 int ReportError(const Status& status) {
   std::fprintf(stderr, "pocket: error: %s\n", status.message().c_str());
   return 1;
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
       AddLogitsCommand(app),     AddInfoCommand(app),    AddMakeModelCommand(app),
       AddBenchCommand(app),      AddConvertCommand(app), AddVerifyCommand(app),
       AddPruneVocabCommand(app), AddScoreCommand(app)};
+  commands.push_back(AddDrafterLogitsCommand(app));
   // After the subcommands: a footer set earlier would be inherited by each of them.
   SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
                      "pocket chat -m model.pocket",

@@ -42,6 +42,9 @@ class Drafter {
                                size_t /*layer_stride*/) {
     return Status::Ok();
   }
+  // How many context positions the drafter holds hidden states for (a session that kept its
+  // context hands over only the rows after min(this, what it handed this drafter)).
+  virtual int32_t n_observed() const { return 0; }
 };
 
 // Prompt lookup (n-gram matching): finds the most recent earlier occurrence of the context's last

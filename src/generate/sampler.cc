@@ -69,14 +69,15 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   return Pick(work_.data());
 }
 
-int32_t Sampler::Pick(const float* logits) {
-  if (params_.temperature == 0.0f) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < vocab_size_; ++i) {
-      if (logits[i] > logits[best]) best = i;  // first maximum wins: deterministic ties
-    }
-    return best;
+int32_t Sampler::Argmax(const float* logits) const {
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab_size_; ++i) {
+    if (logits[i] > logits[best]) best = i;  // first maximum wins: deterministic ties
   }
+  return best;
+}
+
+size_t Sampler::Survivors(const float* logits, double* total) {
   size_t n = static_cast<size_t>(vocab_size_);
   const float inv_t = 1.0f / params_.temperature;
   for (int32_t i = 0; i < vocab_size_; ++i)
@@ -117,8 +118,15 @@ int32_t Sampler::Pick(const float* logits) {
     while (m < cut && probs_[m] >= threshold) ++m;
     cut = m;
   }
+  *total = 0.0;
+  for (size_t i = 0; i < cut; ++i) *total += probs_[i];
+  return cut;
+}
+
+int32_t Sampler::Pick(const float* logits) {
+  if (params_.temperature == 0.0f) return Argmax(logits);
   double total = 0.0;
-  for (size_t i = 0; i < cut; ++i) total += probs_[i];
+  const size_t cut = Survivors(logits, &total);
   const double r = rng_.NextDouble() * total;
   double acc = 0.0;
   for (size_t i = 0; i < cut; ++i) {
@@ -126,6 +134,75 @@ int32_t Sampler::Pick(const float* logits) {
     if (r < acc) return candidates_[i].id;
   }
   return candidates_[cut - 1].id;
+}
+
+int32_t Sampler::PickDraft(const float* logits, int32_t draft, std::span<const float> q) {
+  // Greedy: p is one-hot at the argmax, so the draft is kept exactly when it is the argmax (p/q
+  // >= 1 there, 0 elsewhere) and the residual max(0, p - q) is the argmax alone.
+  if (params_.temperature == 0.0f) return Argmax(logits);
+  double total = 0.0;
+  const size_t cut = Survivors(logits, &total);
+  double p_draft = 0.0;
+  for (size_t i = 0; i < cut; ++i) {
+    if (candidates_[i].id == draft) {
+      p_draft = probs_[i] / total;
+      break;
+    }
+  }
+  const double q_draft =
+      draft >= 0 && static_cast<size_t>(draft) < q.size() ? q[static_cast<size_t>(draft)] : 0.0;
+  if (p_draft > 0.0) {
+    // Accept with probability min(1, p/q); q = 0 (a token the drafter could not have drawn) is
+    // accepted when p > 0, as the limit of the rule.
+    if (q_draft <= 0.0 || p_draft >= q_draft || rng_.NextDouble() * q_draft < p_draft) return draft;
+  }
+  // Rejected: draw from norm(max(0, p - q)), which lives on the survivors (p is 0 elsewhere).
+  double residual = 0.0;
+  for (size_t i = 0; i < cut; ++i) {
+    const size_t id = static_cast<size_t>(candidates_[i].id);
+    const double qi = id < q.size() ? q[id] : 0.0;
+    residual += std::max(0.0, probs_[i] / total - qi);
+  }
+  if (!(residual > 0.0)) {
+    // p <= q everywhere yet the draft was rejected: only rounding can get here; p itself is then
+    // the right distribution.
+    const double r = rng_.NextDouble() * total;
+    double acc = 0.0;
+    for (size_t i = 0; i < cut; ++i) {
+      acc += probs_[i];
+      if (r < acc) return candidates_[i].id;
+    }
+    return candidates_[cut - 1].id;
+  }
+  const double r = rng_.NextDouble() * residual;
+  double acc = 0.0;
+  size_t last = 0;
+  for (size_t i = 0; i < cut; ++i) {
+    const size_t id = static_cast<size_t>(candidates_[i].id);
+    const double qi = id < q.size() ? q[id] : 0.0;
+    const double w = std::max(0.0, probs_[i] / total - qi);
+    if (w <= 0.0) continue;
+    last = i;
+    acc += w;
+    if (r < acc) return candidates_[i].id;
+  }
+  return candidates_[last].id;
+}
+
+int32_t Sampler::SampleDraft(float* logits, std::span<const int32_t> recent, int32_t draft,
+                             std::span<const float> q) {
+  ApplyPenalties(logits, recent);
+  return PickDraft(logits, draft, q);
+}
+
+int32_t Sampler::SampleDraft(std::span<const float> logits, std::span<const int32_t> recent,
+                             int32_t draft, std::span<const float> q) {
+  if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) {
+    return PickDraft(logits.data(), draft, q);
+  }
+  work_.assign(logits.begin(), logits.begin() + vocab_size_);
+  ApplyPenalties(work_.data(), recent);
+  return PickDraft(work_.data(), draft, q);
 }
 
 }  // namespace pocket

@@ -37,6 +37,18 @@ class Sampler {
   // same context reuses them): the penalties, when any apply, work on a copy.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> recent);
 
+  // Speculative decoding with a sampled draft (a token `draft` drawn from the distribution q,
+  // [vocab_size] probabilities): returns `draft` with probability min(1, p(draft) / q(draft)),
+  // where p is the distribution this chain samples from (penalties, temperature, top-k, top-p,
+  // min-p; one-hot at the argmax when greedy), and otherwise a token drawn from
+  // norm(max(0, p - q)). The token returned is thereby distributed exactly as p (Leviathan et al.,
+  // 2023). `logits` as for the span form of Sample (left as they are).
+  int32_t SampleDraft(std::span<const float> logits, std::span<const int32_t> recent, int32_t draft,
+                      std::span<const float> q);
+  // The same on logits the chain may modify (a masked copy).
+  int32_t SampleDraft(float* logits, std::span<const int32_t> recent, int32_t draft,
+                      std::span<const float> q);
+
   const SamplerParams& params() const { return params_; }
 
  private:
@@ -47,6 +59,12 @@ class Sampler {
   bool HasPenalties() const;
   void ApplyPenalties(float* logits, std::span<const int32_t> recent);
   int32_t Pick(const float* logits);  // the chain after the penalties
+  int32_t Argmax(const float* logits) const;
+  // The chain after the penalties up to the pick (temperature > 0): the surviving candidates best
+  // first in candidates_[0, n) with unnormalized probabilities probs_[0, n); returns n, their sum
+  // in *total.
+  size_t Survivors(const float* logits, double* total);
+  int32_t PickDraft(const float* logits, int32_t draft, std::span<const float> q);
 
   SamplerParams params_;
   int32_t vocab_size_;

@@ -104,6 +104,14 @@ Status CheckBatch(const Model& model, const ForwardScratch& s, const ForwardBatc
                                   model.config().n_layers);
     }
   }
+  previous = -1;
+  for (int32_t r : b.hidden_rows) {
+    if (r <= previous || r >= n) {
+      return InvalidArgumentError("hidden rows must ascend within the ", n, " rows; got ", r,
+                                  " after ", previous);
+    }
+    previous = r;
+  }
   if (!b.hidden_layers.empty() && b.layer_hidden == nullptr) {
     return InvalidArgumentError("hidden states requested without an output buffer");
   }
@@ -335,12 +343,13 @@ Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const Fo
       p.Trace(name, s.x, c.d_model);
     }
 #endif
+    const std::span<const int32_t> hidden_rows =
+        b.hidden_rows.empty() ? b.output_rows : b.hidden_rows;
     for (size_t h = 0; h < b.hidden_layers.size(); ++h) {
       if (b.hidden_layers[h] != layer) continue;
-      float* out = b.layer_hidden + h * b.output_rows.size() * d;
-      for (size_t i = 0; i < b.output_rows.size(); ++i) {
-        std::memcpy(out + i * d, s.x + static_cast<size_t>(b.output_rows[i]) * d,
-                    d * sizeof(float));
+      float* out = b.layer_hidden + h * hidden_rows.size() * d;
+      for (size_t i = 0; i < hidden_rows.size(); ++i) {
+        std::memcpy(out + i * d, s.x + static_cast<size_t>(hidden_rows[i]) * d, d * sizeof(float));
       }
     }
   }

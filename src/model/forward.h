@@ -69,9 +69,12 @@ struct ForwardBatch {
   float* logits = nullptr;        // [output_rows.size(), vocab], or null for none
   float* final_hidden = nullptr;  // [output_rows.size(), d_model]: final-norm hidden states
   // The residual stream after each of these layers (0-based), for drafters that condition on the
-  // target's hidden states: [layers.size(), output_rows.size(), d_model].
+  // target's hidden states: [layers.size(), rows, d_model] for the rows `hidden_rows` lists
+  // (ascending, each once), or output_rows when it is empty (a prefill for a block drafter needs
+  // the hidden states of every row but the logits of the last only).
   std::span<const int32_t> hidden_layers;
   float* layer_hidden = nullptr;
+  std::span<const int32_t> hidden_rows;
 #if POCKET_FORWARD_TRACE
   // Debug builds only (compiled out of release): every intermediate the numpy reference can
   // recompute, by name ("embed", "blk.3.attn_out", "blk.3.ffn_out", "output_norm"), all rows.

@@ -9,6 +9,7 @@
 #include "base/str.h"
 #include "base/timer.h"
 #include "runtime/candidates.h"
+#include "runtime/draft_model.h"
 #include "tokenizer/added_tokens.h"
 
 namespace pocket {
@@ -218,25 +219,80 @@ GenerateOptions MakeGenerateOptions(const GenerateRequest& request) {
   o.sampling = request.sampling;
   if (request.random_seed) o.sampling.seed = DrawSeed(request.seed_bits);
   o.draft_max = request.draft_max;
+  o.draft_min = request.draft_min;
+  o.record_spec_steps = request.record_spec_steps;
+  if (auto mode = ParseSpec(request); mode.ok()) o.spec_auto = mode->automatic;
   o.max_tokens = request.max_tokens;
   o.stop_strings = request.stop;
   return o;
 }
 
-StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request) {
-  if (request.spec.empty() || request.spec == "none") return std::unique_ptr<Drafter>();
-  if (request.spec != "lookup") {
+StatusOr<SpecMode> ParseSpec(const GenerateRequest& request) {
+  SpecMode mode;
+  std::string_view spec = request.spec;
+  if (spec.empty() || spec == "none") return mode;
+  if (spec == "auto") {
+    mode.automatic = true;
+    spec = "lookup";
+  } else if (spec.starts_with("auto:")) {
+    mode.automatic = true;
+    spec.remove_prefix(5);
+  }
+  if (spec == "lookup") {
+    mode.kind = SpecMode::Kind::kLookup;
+  } else if (spec.starts_with("draft:") && spec.size() > 6) {
+    mode.kind = SpecMode::Kind::kDraftModel;
+    mode.path = std::string(spec.substr(6));
+  } else {
     return InvalidArgumentError("unknown speculative decoding mode ", QuoteBytes(request.spec),
-                                " (none or lookup)");
+                                " (none, lookup, draft:FILE, auto or auto:MODE)");
   }
   if (request.draft_max < 1) {
-    return InvalidArgumentError("draft length must be at least 1, got ", request.draft_max);
+    return InvalidArgumentError("--draft-max must be at least 1, got ", request.draft_max);
+  }
+  if (request.draft_min < 1 || request.draft_min > request.draft_max) {
+    return InvalidArgumentError("--draft-min must be between 1 and --draft-max (",
+                                request.draft_max, "), got ", request.draft_min);
+  }
+  if (!(request.draft_p_min >= 0.0f && request.draft_p_min <= 1.0f)) {
+    return InvalidArgumentError("--draft-p-min must be in [0, 1], got ", request.draft_p_min);
   }
   POCKET_RETURN_IF_ERROR(request.lookup.Validate());
-  return std::unique_ptr<Drafter>(std::make_unique<PromptLookupDrafter>(request.lookup));
+  return mode;
 }
 
-StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateRequest& request) {
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request, const Model& target,
+                                               const SessionOptions& drafter_session) {
+  POCKET_ASSIGN_OR_RETURN(const SpecMode mode, ParseSpec(request));
+  switch (mode.kind) {
+    case SpecMode::Kind::kNone:
+      return std::unique_ptr<Drafter>();
+    case SpecMode::Kind::kLookup:
+      return std::unique_ptr<Drafter>(std::make_unique<PromptLookupDrafter>(request.lookup));
+    case SpecMode::Kind::kDraftModel: {
+      auto draft = Model::Load(mode.path);
+      if (!draft.ok()) {
+        return Status(draft.status().code(),
+                      StrCat("draft model ", mode.path, ": ", draft.status().message()));
+      }
+      DraftModelOptions o;
+      o.p_min = request.draft_p_min;
+      o.temperature = request.sampling.temperature;
+      o.seed = request.sampling.seed;
+      o.session = drafter_session;
+      auto made = DraftModelDrafter::Create(std::move(*draft), target, o);
+      if (!made.ok()) {
+        return Status(made.status().code(),
+                      StrCat("draft model ", mode.path, ": ", made.status().message()));
+      }
+      return std::unique_ptr<Drafter>(std::move(*made));
+    }
+  }
+  return InternalError("unhandled speculative decoding mode");
+}
+
+StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateRequest& request,
+                                         const SessionOptions& drafter_session) {
   PreparedRequest out;
   POCKET_ASSIGN_OR_RETURN(out.prompt, EncodeRequestPrompt(model, request));
   const Tokenizer& tok = *model.tokenizer();  // EncodeRequestPrompt checked it
@@ -260,7 +316,7 @@ StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateReque
   }
   out.options = MakeGenerateOptions(request);
   out.options.constraint = out.constraint.get();
-  POCKET_ASSIGN_OR_RETURN(out.drafter, MakeDrafter(request));
+  POCKET_ASSIGN_OR_RETURN(out.drafter, MakeDrafter(request, model, drafter_session));
   out.options.drafter = out.drafter.get();
   POCKET_RETURN_IF_ERROR(out.options.sampling.Validate());
   return out;

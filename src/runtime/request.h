@@ -107,17 +107,35 @@ struct GenerateRequest : PromptRequest {
   // Prefixed as "<origin>: " to the constraint's compile errors (the CLI: the file it was read
   // from); empty: nothing.
   std::string constraint_origin;
-  // Speculative decoding (lossless: the same tokens as plain decoding): "" or "none", or "lookup"
-  // (prompt lookup: n-grams of lookup.min_ngram..max_ngram tokens); up to draft_max tokens per
-  // verification pass.
+  // Speculative decoding (lossless: the same tokens as plain decoding, or with a sampled draft
+  // model the same distribution): "" or "none"; "lookup" (prompt lookup: n-grams of
+  // lookup.min_ngram..max_ngram tokens); "draft:FILE" (a draft model with the target's
+  // vocabulary, drafting until its top probability falls below draft_p_min; it samples at the
+  // request's temperature); "auto" (prompt lookup, verified only while it pays: spec_auto).
+  // "auto:MODE" is MODE under the auto policy. Up to draft_max tokens per verification pass,
+  // drafts shorter than draft_min are not verified.
   std::string spec;
   int32_t draft_max = GenerateOptions().draft_max;
+  int32_t draft_min = GenerateOptions().draft_min;
+  float draft_p_min = 0.0f;
   PromptLookupOptions lookup;
+  bool record_spec_steps = false;  // GenerateResult::spec_steps
 };
 
-// The drafter `request.spec` names (null for plain decoding); an unknown mode or bad sizes are
-// InvalidArgument errors naming them.
-StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request);
+// What a spec string asks for.
+struct SpecMode {
+  enum class Kind { kNone, kLookup, kDraftModel };
+  Kind kind = Kind::kNone;
+  bool automatic = false;  // the auto policy (GenerateOptions::spec_auto)
+  std::string path;        // draft:FILE
+};
+// Parses and checks `request.spec` and the draft sizes: InvalidArgument naming the bad part.
+StatusOr<SpecMode> ParseSpec(const GenerateRequest& request);
+
+// The drafter `request.spec` names (null for plain decoding) for `target`; a draft model is
+// loaded and runs on a session with `drafter_session` (its pool, threads, KV type, context).
+StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request, const Model& target,
+                                               const SessionOptions& drafter_session = {});
 
 inline constexpr int32_t kNoTokenLimit = INT32_MAX;
 
@@ -154,7 +172,9 @@ GenerateOptions MakeGenerateOptions(const GenerateRequest& request);
 // The whole translation, in this order: the prompt (EncodeRequestPrompt), the constraint
 // (MakeConstraint; with kBest the choices' tokens instead), the options (MakeGenerateOptions),
 // then the sampling parameters' validation. Errors pass through with their own code and message.
-StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateRequest& request);
+// A draft model named by request.spec runs on a session with `drafter_session`.
+StatusOr<PreparedRequest> PrepareRequest(const Model& model, const GenerateRequest& request,
+                                         const SessionOptions& drafter_session = {});
 
 // --choice in best mode: the outcome of ChooseCandidate.
 struct CandidateChoice {

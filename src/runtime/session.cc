@@ -74,6 +74,11 @@ Session::Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch 
 
 Status Session::Append(std::span<const int32_t> tokens, float* all_logits,
                        const PrefillProgress& progress) {
+  return AppendObserved(tokens, all_logits, progress, nullptr);
+}
+
+Status Session::AppendObserved(std::span<const int32_t> tokens, float* all_logits,
+                               const PrefillProgress& progress, Drafter* observer) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t n_past = history_.size();
   if (n_past + tokens.size() > static_cast<size_t>(kv_.n_ctx())) {
@@ -85,15 +90,26 @@ Status Session::Append(std::span<const int32_t> tokens, float* all_logits,
     const size_t n = std::min(tokens.size() - done, static_cast<size_t>(n_batch_));
     std::span<const int32_t> chunk = tokens.subspan(done, n);
     const int32_t rows = static_cast<int32_t>(n);
-    if (all_logits != nullptr) {
-      POCKET_RETURN_IF_ERROR(
-          Evaluate(chunk, scratch_.rows(0, rows), all_logits + done * vocab, nullptr));
-      std::copy_n(all_logits + (done + n - 1) * vocab, vocab, logits_.data());
+    const std::span<const int32_t> out_rows =
+        all_logits != nullptr ? scratch_.rows(0, rows) : scratch_.rows(rows - 1, rows);
+    float* out_logits = all_logits != nullptr ? all_logits + done * vocab : logits_.data();
+    if (observer != nullptr) {
+      POCKET_RETURN_IF_ERROR(EvaluateObserved(chunk, out_rows, out_logits, *observer));
     } else {
-      POCKET_RETURN_IF_ERROR(
-          Evaluate(chunk, scratch_.rows(rows - 1, rows), logits_.data(), nullptr));
+      POCKET_RETURN_IF_ERROR(Evaluate(chunk, out_rows, out_logits, nullptr));
     }
+    if (all_logits != nullptr) {
+      std::copy_n(all_logits + (done + n - 1) * vocab, vocab, logits_.data());
+    }
+    const size_t pos = history_.size();
     history_.insert(history_.end(), chunk.begin(), chunk.end());
+    if (observer != nullptr) {
+      POCKET_RETURN_IF_ERROR(
+          observer->ObserveHidden(static_cast<int32_t>(pos), rows, spec_hidden_.data(),
+                                  n * static_cast<size_t>(model_->config().d_model)));
+      hidden_drafter_ = observer;
+      hidden_synced_ = history_.size();
+    }
     logits_at_ = history_.size();
     done += n;
     if (progress) progress(static_cast<int32_t>(done), static_cast<int32_t>(tokens.size()));
@@ -117,6 +133,27 @@ Status Session::Evaluate(std::span<const int32_t> tokens, std::span<const int32_
   return Forward(*model_, scratch_, *pool_, batch);
 }
 
+Status Session::EvaluateObserved(std::span<const int32_t> tokens, std::span<const int32_t> rows,
+                                 float* logits, const Drafter& observer) {
+  const std::span<const int32_t> layers = observer.target_layers();
+  const size_t need = layers.size() * tokens.size() * static_cast<size_t>(model_->config().d_model);
+  if (spec_hidden_.size() < need) spec_hidden_.resize(need);  // grows to one chunk, once
+  const BatchSegment segment{&kv_, 0, static_cast<int32_t>(tokens.size()),
+                             static_cast<int32_t>(history_.size())};
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.segments = std::span<const BatchSegment>(&segment, 1);
+  batch.output_rows = rows;
+  batch.logits = logits;
+  batch.hidden_layers = layers;
+  batch.layer_hidden = spec_hidden_.data();
+  batch.hidden_rows = scratch_.rows(0, static_cast<int32_t>(tokens.size()));
+#if POCKET_FORWARD_TRACE
+  batch.trace = &trace_;
+#endif
+  return Forward(*model_, scratch_, *pool_, batch);
+}
+
 Status Session::SetContext(std::span<const int32_t> tokens, const PrefillProgress& progress) {
   if (tokens.size() > static_cast<size_t>(kv_.n_ctx())) {
     return OutOfRangeError("the prompt is ", tokens.size(), " tokens, longer than the context of ",
@@ -129,7 +166,7 @@ Status Session::SetContext(std::span<const int32_t> tokens, const PrefillProgres
   // The next sample needs the logits after the last token: re-evaluate it unless they are the
   // ones at hand (the same context again, as when scoring several candidate sets).
   if (common == tokens.size() && common > 0 && logits_at_ != common) --common;
-  history_.resize(common);
+  Truncate(common);
   return Append(tokens.subspan(common), nullptr, progress);
 }
 
@@ -151,9 +188,25 @@ StatusOr<bool> Session::PrefillPrompt(std::span<const int32_t> prompt,
   while (common < history_.size() && common < prompt.size() && history_[common] == prompt[common]) {
     ++common;
   }
+  Drafter* observer = options.drafter != nullptr && !options.drafter->target_layers().empty()
+                          ? options.drafter
+                          : nullptr;
+  if (prompt.size() > static_cast<size_t>(kv_.n_ctx())) {
+    return OutOfRangeError("the prompt is ", prompt.size(), " tokens, longer than the context of ",
+                           kv_.n_ctx(), " tokens");
+  }
+  // The next sample needs the logits after the last token (as in SetContext); a block drafter
+  // needs the hidden states of every row, so only rows it already has are reused.
+  if (common == prompt.size() && logits_at_ != common) --common;
+  if (observer != nullptr) {
+    const size_t synced = hidden_drafter_ == observer ? hidden_synced_ : 0;
+    common = std::min({common, synced, static_cast<size_t>(observer->n_observed())});
+  }
   result->n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   result->n_prompt_tokens = static_cast<int32_t>(prompt.size()) - result->n_reused_tokens;
-  const Status s = SetContext(prompt, options.on_prefill_progress);
+  Truncate(common);
+  const Status s =
+      AppendObserved(prompt.subspan(common), nullptr, options.on_prefill_progress, observer);
   if (s.code() == StatusCode::kCancelled) {
     result->stop_reason = StopReason::kCancelled;
     return false;

@@ -69,7 +69,7 @@ class Session {
   size_t memory_bytes() const {
     return kv_.bytes() + scratch_.bytes() + history_.capacity() * sizeof(int32_t) +
            (logits_.capacity() + score_logits_.capacity() + hidden_.capacity() +
-            masked_.capacity() + spec_logits_.capacity()) *
+            masked_.capacity() + spec_logits_.capacity() + spec_hidden_.capacity()) *
                sizeof(float) +
            mask_bits_.capacity() * sizeof(uint64_t);
   }
@@ -129,7 +129,7 @@ class Session {
 #endif
   // Forgets the context.
   void Reset() {
-    history_.clear();
+    Truncate(0);
     logits_at_ = 0;
   }
 
@@ -140,6 +140,18 @@ class Session {
   // `rows` (indices into tokens) as logits and/or final hidden states.
   Status Evaluate(std::span<const int32_t> tokens, std::span<const int32_t> rows, float* logits,
                   float* hidden);
+  // The same, also handing the hidden states of every row at the layers `observer` reads
+  // (Drafter::target_layers) into spec_hidden_ ([layers, tokens, d_model]).
+  Status EvaluateObserved(std::span<const int32_t> tokens, std::span<const int32_t> rows,
+                          float* logits, const Drafter& observer);
+  // Append, handing each chunk's hidden states to `observer` when given (a block drafter).
+  Status AppendObserved(std::span<const int32_t> tokens, float* all_logits,
+                        const PrefillProgress& progress, Drafter* observer);
+  // Cuts the history (and so the valid KV rows) back to n tokens.
+  void Truncate(size_t n) {
+    history_.resize(std::min(history_.size(), n));
+    hidden_synced_ = std::min(hidden_synced_, history_.size());
+  }
   // The prefiller of Generate: the context becomes `prompt` (reused rows counted in `result`);
   // false when it was cancelled (the result says so).
   StatusOr<bool> PrefillPrompt(std::span<const int32_t> prompt, const GenerateOptions& options,
@@ -173,6 +185,13 @@ class Session {
   std::vector<int32_t> spec_context_;  // speculative decoding: the drafter's context (reused)
   std::vector<int32_t> spec_rows_;     // [pending, drafted...]
   std::vector<float> spec_logits_;     // their logits
+  std::vector<float> spec_hidden_;     // hidden states for a block drafter (reused)
+  std::vector<int32_t> spec_draft_;    // the draft (reused)
+  std::vector<int32_t> spec_shadow_;   // a draft checked against plain decoding (reused)
+  // The block drafter that has the hidden states of history_[0, hidden_synced_) (every cut of
+  // the history lowers the count).
+  const Drafter* hidden_drafter_ = nullptr;
+  size_t hidden_synced_ = 0;
   std::atomic<bool> cancel_{false};
 #if POCKET_FORWARD_TRACE
   ForwardTrace trace_;

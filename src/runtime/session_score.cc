@@ -122,7 +122,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
   const std::vector<float> first = logits_;
   std::vector<CandidateScore> scores(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
-    history_.resize(prompt.size());  // back to the prompt: its KV rows stay valid
+    Truncate(prompt.size());  // back to the prompt: its KV rows stay valid
     // As Score: every token but the last is evaluated (its successor's distribution is needed).
     const std::span<const int32_t> needed(candidates[c].data(), candidates[c].size() - 1);
     score_logits_.resize(needed.size() * static_cast<size_t>(vocab));
@@ -136,7 +136,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
       s.token_logprobs.push_back(LogProb(model_->kernels(), row, vocab, s.tokens[j]));
     }
   }
-  history_.resize(prompt.size());
+  Truncate(prompt.size());
   logits_ = first;
   logits_at_ = prompt.size();
   return Rank(std::move(scores));
@@ -166,7 +166,7 @@ StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> pro
     ++common;
   }
   common = std::min(common, prompt.size() - 1);
-  history_.resize(common);
+  Truncate(common);
   logits_at_ = 0;  // no logits are computed: last_logits() belong to no context now
   const std::span<const int32_t> rest = prompt.subspan(common);
   for (size_t done = 0; done < rest.size();) {

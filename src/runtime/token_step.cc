@@ -34,7 +34,52 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
 
 StatusOr<int32_t> TokenStep::Choose(std::span<const float> logits,
                                     std::span<const int32_t> history) {
-  if (constraint_ == nullptr) return sampler_.Sample(logits, history);
+  return ChooseWith(logits, [&](auto l) { return sampler_.Sample(l, history); });
+}
+
+StatusOr<int32_t> TokenStep::ChooseDraft(std::span<const float> logits,
+                                         std::span<const int32_t> history, int32_t draft,
+                                         std::span<const float> q) {
+  return ChooseWith(logits, [&](auto l) { return sampler_.SampleDraft(l, history, draft, q); });
+}
+
+StatusOr<size_t> TokenStep::LegalPrefix(std::span<const int32_t> draft) {
+  const std::vector<int32_t>& stop_ids = model_.stop_token_ids();
+  size_t n = 0;
+  size_t accepted = 0;
+  Status status = Status::Ok();
+  for (; n < draft.size(); ++n) {
+    const int32_t token = draft[n];
+    const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+    if (constraint_ != nullptr) {
+      if (stop) {
+        if (!constraint_->Complete()) break;
+      } else {
+        const size_t n_allowed = constraint_->AllowedMask(mask_bits_);
+        const std::vector<uint64_t>& bits = *mask_bits_;
+        const size_t word = static_cast<size_t>(token) / 64;
+        if (n_allowed == 0 || token < 0 || word >= bits.size() ||
+            ((bits[word] >> (static_cast<size_t>(token) % 64)) & 1u) == 0) {
+          break;
+        }
+        status = constraint_->Accept(token);
+        if (!status.ok()) break;
+        ++accepted;
+      }
+    }
+    if (stop) {
+      ++n;  // the stop token itself may be verified; nothing after it
+      break;
+    }
+  }
+  if (constraint_ != nullptr) POCKET_RETURN_IF_ERROR(constraint_->Rollback(accepted));
+  POCKET_RETURN_IF_ERROR(status);
+  return n;
+}
+
+template <typename Pick>
+StatusOr<int32_t> TokenStep::ChooseWith(std::span<const float> logits, const Pick& pick) {
+  if (constraint_ == nullptr) return pick(logits);
   // Constraint mask: the allowed tokens (and, when the output is complete, the stop tokens).
   const Stopwatch mask_watch;
   const size_t n_allowed = constraint_->AllowedMask(mask_bits_);
@@ -72,7 +117,7 @@ StatusOr<int32_t> TokenStep::Choose(std::span<const float> logits,
       masked[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
   }
   // The masked copy is the session's scratch: the sampler may modify it.
-  return sampler_.Sample(masked.data(), history);
+  return pick(masked.data());
 }
 
 StatusOr<bool> TokenStep::Accept(int32_t token) {

@@ -36,6 +36,16 @@ class TokenStep {
   // The next token from the logits after `history` (never modified). Returns -1 when nothing can
   // extend a complete constrained output (the result's stop reason is then set: kEos).
   StatusOr<int32_t> Choose(std::span<const float> logits, std::span<const int32_t> history);
+  // The same for a row that verifies `draft`, sampled by a drafter from q ([vocab]): the draft
+  // when the rule min(1, p/q) keeps it, else a token from the residual (Sampler::SampleDraft), so
+  // the token is distributed as Choose's. p includes the constraint mask.
+  StatusOr<int32_t> ChooseDraft(std::span<const float> logits, std::span<const int32_t> history,
+                                int32_t draft, std::span<const float> q);
+
+  // How many leading tokens of `draft` the constraint allows in sequence (all without one), and
+  // not past a stop token (it ends generation: nothing after it is needed). The constraint is
+  // left as it was. Drafts are cut to this before verification.
+  StatusOr<size_t> LegalPrefix(std::span<const int32_t> draft);
 
   // Takes a chosen token through the stop checks and the stream: true to go on, false when
   // generation stops here (the stop reason is set). A stop token ends generation without being
@@ -48,6 +58,9 @@ class TokenStep {
 
  private:
   void Emit(const std::string& piece);
+  // Choose's body: `pick` samples from logits (the span or a masked copy it may modify).
+  template <typename Pick>
+  StatusOr<int32_t> ChooseWith(std::span<const float> logits, const Pick& pick);
 
   const Model& model_;
   const Tokenizer* tok_;

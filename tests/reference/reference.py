@@ -6,6 +6,8 @@
   reference.py classify MODEL --ids 1,2,3 [--f64]      (JSON: the classification head's labels)
   reference.py dequant  MODEL TENSOR_NAME -o out.npy
   reference.py info     MODEL
+  reference.py dflash   MODEL DRAFTER_DIR --ids 1,2,3 [--block-at N[,N..]] [--f64] -o out.npy
+                        (a DFlash block drafter's logits [blocks * block_size, vocab]; dflash.py)
 
 MODEL is a .gguf file, a .pocket package, a Hugging Face directory (config.json + safetensors) or a
 llama2.c .bin. For a .pocket, dequant also accepts the parts of the fused tensors
@@ -21,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import dflash  # noqa: E402
 import gguf  # noqa: E402
 import llama2c  # noqa: E402
 import model as model_lib  # noqa: E402
@@ -54,6 +57,24 @@ def cmd_logits(args):
     print(f"wrote {args.output}: logits {list(logits.shape)} float32 "
           f"(math in {np.dtype(dtype).name}); argmax per position: "
           f"{','.join(str(int(t)) for t in logits.argmax(axis=1))}", file=sys.stderr)
+
+
+def cmd_dflash(args):
+    m = model_lib.load_model(args.model)
+    drafter = dflash.DFlashDrafter(args.drafter, m)
+    ids = args.ids
+    blocks = args.block_at if args.block_at is not None else [len(ids) - 1]
+    for n in blocks:
+        if not 0 <= n < len(ids):
+            raise ValueError(f"--block-at {n}: needs ids[{n}] (there are {len(ids)} ids)")
+    dtype = np.float64 if args.f64 else np.float32
+    out = np.concatenate([drafter.block_logits(ids, n, dtype) for n in blocks]).astype(np.float32)
+    np.save(args.output, out)
+    B = drafter.block_size
+    drafts = [",".join(str(int(t)) for t in out[i * B + 1:(i + 1) * B].argmax(axis=1))
+              for i in range(len(blocks))]
+    print(f"wrote {args.output}: logits {list(out.shape)} float32; drafts: {' | '.join(drafts)}",
+          file=sys.stderr)
 
 
 def cmd_trace(args):
@@ -220,6 +241,16 @@ def main(argv=None):
     sp.add_argument("tensor")
     sp.add_argument("-o", "--output", required=True)
     sp.set_defaults(func=cmd_dequant)
+
+    sp = sub.add_parser("dflash", help="a DFlash block drafter's logits -> .npy [blocks * B, vocab]")
+    sp.add_argument("model", help="the target model")
+    sp.add_argument("drafter", help="the drafter's Hugging Face directory")
+    sp.add_argument("--ids", type=parse_ids, required=True, help="comma-separated token ids")
+    sp.add_argument("--block-at", type=parse_ids,
+                    help="N[,N..]: a block after the first N ids, ids[N] first (default: last id)")
+    sp.add_argument("--f64", action="store_true", help="compute in float64 instead of float32")
+    sp.add_argument("-o", "--output", required=True)
+    sp.set_defaults(func=cmd_dflash)
 
     sp = sub.add_parser("info", help="metadata and tensor list")
     sp.add_argument("model")
