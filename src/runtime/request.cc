@@ -8,6 +8,7 @@
 #include "base/rng.h"
 #include "base/str.h"
 #include "base/timer.h"
+#include "runtime/block_drafter.h"
 #include "runtime/candidates.h"
 #include "runtime/draft_model.h"
 #include "tokenizer/added_tokens.h"
@@ -243,9 +244,16 @@ StatusOr<SpecMode> ParseSpec(const GenerateRequest& request) {
   } else if (spec.starts_with("draft:") && spec.size() > 6) {
     mode.kind = SpecMode::Kind::kDraftModel;
     mode.path = std::string(spec.substr(6));
+  } else if (spec.starts_with("dflash:") && spec.size() > 7) {
+    mode.kind = SpecMode::Kind::kBlock;
+    mode.path = std::string(spec.substr(7));
+  } else if (spec == "dflash") {
+    return InvalidArgumentError(
+        "--spec dflash: give the drafter's directory (dflash:DIR); drafters stored in a .pocket "
+        "package are not supported yet");
   } else {
     return InvalidArgumentError("unknown speculative decoding mode ", QuoteBytes(request.spec),
-                                " (none, lookup, draft:FILE, auto or auto:MODE)");
+                                " (none, lookup, draft:FILE, dflash:DIR, auto or auto:MODE)");
   }
   if (request.draft_max < 1) {
     return InvalidArgumentError("--draft-max must be at least 1, got ", request.draft_max);
@@ -285,6 +293,23 @@ StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request, c
         return Status(made.status().code(),
                       StrCat("draft model ", mode.path, ": ", made.status().message()));
       }
+      return std::unique_ptr<Drafter>(std::move(*made));
+    }
+    case SpecMode::Kind::kBlock: {
+      // The drafter reads the target's embedding and output matrix: the caller keeps the target
+      // alive as long as the drafter (as it does the session), so the pointer does not own it.
+      const std::shared_ptr<const Model> target_view(std::shared_ptr<const Model>(), &target);
+      DFlashLoadOptions lo;
+      lo.weights = DFlashWeights::kInt8;
+      auto model = DFlashDrafter::Load(mode.path, target_view, lo);
+      if (!model.ok()) {
+        return Status(model.status().code(),
+                      StrCat("block drafter ", mode.path, ": ", model.status().message()));
+      }
+      const int32_t n_ctx = std::min(drafter_session.n_ctx, target.config().n_ctx_train);
+      auto made = BlockDrafter::Create(std::move(*model), n_ctx, drafter_session.pool,
+                                       drafter_session.kv_type);
+      if (!made.ok()) return made.status();
       return std::unique_ptr<Drafter>(std::move(*made));
     }
   }

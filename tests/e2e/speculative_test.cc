@@ -1,13 +1,21 @@
 // Speculative decoding is lossless: with any deterministic drafter (prompt lookup, one that always
-// guesses wrong, one that replays the answer), Generate emits exactly the tokens of plain decoding,
-// greedy or sampled with a seed, under stop strings, budget ends and constraints; what drafting
-// changes is the number of target passes. Uses the real stories260K model.
+// guesses wrong, one that replays the answer, a draft model's argmax, a DFlash block drafter),
+// Generate emits exactly the tokens of plain decoding, greedy or sampled with a seed, under stop
+// strings, budget ends and constraints, with a fixed draft length or the auto policy; what
+// drafting changes is the number of target passes. Uses the real stories260K model and
+// random-weight Qwen3 models (with synthetic drafters in the released layouts).
 #include <gtest/gtest.h>
 
 #include <memory>
 
+#include <filesystem>
+
 #include "generate/constraint.h"
 #include "generate/drafter.h"
+#include "model/dflash.h"
+#include "model/synthetic.h"
+#include "runtime/block_drafter.h"
+#include "runtime/draft_model.h"
 #include "runtime/session.h"
 
 namespace pocket {
@@ -187,6 +195,186 @@ TEST_F(SpeculativeTest, StopStringsBudgetsAndConstraints) {
   constrained.max_tokens = 40;
   constrained.constraint = regex->get();
   ExpectSame(Both(*session_, kPrompts[3], constrained, &lookup), "regex");
+}
+
+// A synthetic DFlash drafter for `target`, written once per directory name.
+std::shared_ptr<const DFlashDrafter> SyntheticBlockDrafter(std::shared_ptr<const Model> target,
+                                                           const std::string& name,
+                                                           DFlashWeights weights) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::create_directories(dir);
+  DFlashSyntheticOptions o;
+  o.target = target->config();
+  o.seed = 5;
+  EXPECT_TRUE(WriteSyntheticDFlashDrafter(o, dir).ok());
+  DFlashLoadOptions lo;
+  lo.weights = weights;
+  auto d = DFlashDrafter::Load(dir, std::move(target), lo);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? *d : nullptr;
+}
+
+std::unique_ptr<Drafter> MakeBlockDrafter(std::shared_ptr<const DFlashDrafter> model) {
+  auto d = BlockDrafter::Create(std::move(model), 512, nullptr);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+std::unique_ptr<Drafter> MakeDraftModel(std::shared_ptr<const Model> draft, const Model& target,
+                                        float temperature) {
+  DraftModelOptions o;
+  o.temperature = temperature;
+  o.session.n_ctx = 512;
+  o.session.n_threads = 1;
+  auto d = DraftModelDrafter::Create(std::move(draft), target, o);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+TEST_F(SpeculativeTest, DraftModelsAndBlockDraftersGiveTheSameTokens) {
+  std::vector<std::pair<std::string, std::unique_ptr<Drafter>>> drafters;
+  drafters.emplace_back("draft model (argmax)", MakeDraftModel(Stories(), *model_, 0.0f));
+  drafters.emplace_back("draft model (sampled)", MakeDraftModel(Stories(), *model_, 1.0f));
+  drafters.emplace_back("dflash f32", MakeBlockDrafter(SyntheticBlockDrafter(
+                                          model_, "dflash-stories-f32", DFlashWeights::kFloat)));
+  drafters.emplace_back("dflash int8", MakeBlockDrafter(SyntheticBlockDrafter(
+                                           model_, "dflash-stories-int8", DFlashWeights::kInt8)));
+  for (auto& [name, drafter] : drafters) {
+    ASSERT_NE(drafter, nullptr) << name;
+    for (bool automatic : {false, true}) {
+      int32_t passes = 0;
+      for (const char* prompt : kPrompts) {
+        GenerateOptions o;
+        o.sampling.temperature = 0.0f;
+        o.max_tokens = 64;
+        o.spec_auto = automatic;
+        const Runs r = Both(*session_, prompt, o, drafter.get());
+        ExpectSame(r, name + (automatic ? " auto: " : ": ") + prompt);
+        passes += r.spec.n_verify_passes;
+      }
+      if (!automatic) {
+        EXPECT_GT(passes, 0) << name;
+      }
+    }
+    // Seeded sampling (deterministic drafts: the same tokens), budgets, stop strings and a
+    // constraint.
+    if (!drafter->sampled()) {
+      GenerateOptions o;
+      o.sampling.temperature = 0.9f;
+      o.sampling.seed = 11;
+      o.max_tokens = 60;
+      ExpectSame(Both(*session_, kPrompts[1], o, drafter.get()), name + ": sampled");
+    }
+    for (int32_t budget : {0, 1, 2, 9, 17}) {
+      GenerateOptions o;
+      o.sampling.temperature = 0.0f;
+      o.max_tokens = budget;
+      ExpectSame(Both(*session_, kPrompts[4], o, drafter.get()),
+                 name + ": budget " + std::to_string(budget));
+    }
+    GenerateOptions stop;
+    stop.sampling.temperature = 0.0f;
+    stop.max_tokens = 120;
+    stop.stop_strings = {"ball", "."};
+    ExpectSame(Both(*session_, kPrompts[4], stop, drafter.get()), name + ": stop strings");
+    auto regex = MakeRegexConstraint(*model_->tokenizer(), "( ?[a-z]+){1,12}\\.");
+    ASSERT_TRUE(regex.ok()) << regex.status().ToString();
+    GenerateOptions constrained;
+    constrained.sampling.temperature = 0.0f;
+    constrained.max_tokens = 40;
+    constrained.constraint = regex->get();
+    ExpectSame(Both(*session_, kPrompts[3], constrained, drafter.get()), name + ": regex");
+  }
+}
+
+TEST_F(SpeculativeTest, AChatKeepsTheBlockDraftersContext) {
+  // Generate twice on one session without a reset: the second prompt extends the first
+  // conversation, so the prompt's KV rows are reused and the block drafter keeps its context.
+  auto drafter =
+      MakeBlockDrafter(SyntheticBlockDrafter(model_, "dflash-stories-chat", DFlashWeights::kFloat));
+  ASSERT_NE(drafter, nullptr);
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 24;
+  auto first = session_->Generate(kPrompts[0], o);
+  ASSERT_TRUE(first.ok());
+  const std::vector<int32_t> history(session_->history().begin(), session_->history().end());
+  std::vector<int32_t> next = history;
+  next.insert(next.end(), first->tokens.end() - 1, first->tokens.end());
+  next.push_back(next.back());
+  session_->Reset();
+  auto plain = session_->Generate(std::span<const int32_t>(next), o);
+  ASSERT_TRUE(plain.ok());
+  o.drafter = drafter.get();
+  session_->Reset();
+  ASSERT_TRUE(session_->Generate(kPrompts[0], o).ok());
+  auto spec = session_->Generate(std::span<const int32_t>(next), o);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_GT(spec->n_reused_tokens, 0);
+  EXPECT_EQ(spec->tokens, plain->tokens);
+}
+
+TEST(SpeculativeQwen3, RandomWeightModelsWithEveryDrafter) {
+  // A random-weight Qwen3 target (the tiny preset) and drafters for it: a draft model with other
+  // weights and one layer, the target's own first layers as a draft model, a DFlash drafter.
+  const std::string dir = ::testing::TempDir() + "/spec-qwen3";
+  std::filesystem::create_directories(dir);
+  auto config = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(config.ok());
+  SyntheticOptions so;
+  so.config = *config;
+  so.config.n_layers = 4;
+  so.seed = 1;
+  ASSERT_TRUE(WriteSyntheticGguf(so, dir + "/target.gguf").ok());
+  so.config.n_layers = 1;
+  so.seed = 2;
+  ASSERT_TRUE(WriteSyntheticGguf(so, dir + "/other.gguf").ok());
+  so.seed = 1;
+  so.config.n_layers = 2;
+  ASSERT_TRUE(WriteSyntheticGguf(so, dir + "/shallow.gguf").ok());
+  auto target = Model::Load(dir + "/target.gguf");
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  auto other = Model::Load(dir + "/other.gguf");
+  auto shallow = Model::Load(dir + "/shallow.gguf");
+  ASSERT_TRUE(other.ok() && shallow.ok());
+  SessionOptions sopt;
+  sopt.n_ctx = 256;
+  sopt.n_threads = 2;
+  auto session = Session::Create(*target, sopt);
+  ASSERT_TRUE(session.ok());
+  std::vector<std::pair<std::string, std::unique_ptr<Drafter>>> drafters;
+  drafters.emplace_back("other draft model", MakeDraftModel(*other, **target, 0.0f));
+  drafters.emplace_back("shallow draft model", MakeDraftModel(*shallow, **target, 0.0f));
+  drafters.emplace_back("dflash", MakeBlockDrafter(SyntheticBlockDrafter(*target, "dflash-qwen3",
+                                                                         DFlashWeights::kFloat)));
+  drafters.emplace_back("lookup", std::make_unique<PromptLookupDrafter>(
+                                      PromptLookupOptions{.min_ngram = 1, .max_ngram = 3}));
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 2, 3, 4, 5, 6, 7, 8},
+      {100, 200, 300, 100, 200, 300, 100, 200},
+      {5, 900, 17, 17, 17, 42, 1000, 3, 5, 900},
+  };
+  for (auto& [name, drafter] : drafters) {
+    ASSERT_NE(drafter, nullptr) << name;
+    for (const auto& prompt : prompts) {
+      for (int32_t budget : {1, 7, 64}) {
+        GenerateOptions o;
+        o.sampling.temperature = 0.0f;
+        o.max_tokens = budget;
+        (*session)->Reset();
+        auto plain = (*session)->Generate(std::span<const int32_t>(prompt), o);
+        ASSERT_TRUE(plain.ok());
+        o.drafter = drafter.get();
+        for (bool automatic : {false, true}) {
+          o.spec_auto = automatic;
+          (*session)->Reset();
+          auto spec = (*session)->Generate(std::span<const int32_t>(prompt), o);
+          ASSERT_TRUE(spec.ok()) << name << ": " << spec.status().ToString();
+          EXPECT_EQ(spec->tokens, plain->tokens) << name << " budget " << budget;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(SpeculativeTest, ContextEndIsPlainDecodingToo) {
