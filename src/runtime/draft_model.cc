@@ -71,7 +71,8 @@ Status DraftModelDrafter::Draft(std::span<const int32_t> context, int32_t max_to
   const size_t vocab = row_.size();
   const bool sample = sampled();
   if (sample && probs_.size() < static_cast<size_t>(max_tokens) * vocab) {
-    probs_.resize(static_cast<size_t>(max_tokens) * vocab);  // grows to draft_max rows, once
+    // Grows to the longest draft asked for (16 rows at first: the usual draft_max fits), once.
+    probs_.resize(static_cast<size_t>(std::max(max_tokens, 16)) * vocab);
   }
   const float inv_t = sample ? 1.0f / options_.temperature : 1.0f;
   for (int32_t i = 0; i < max_tokens; ++i) {

@@ -10,8 +10,13 @@
 #include <new>
 #include <vector>
 
+#include <filesystem>
+
 #include "generate/constraint.h"
 #include "generate/drafter.h"
+#include "model/dflash.h"
+#include "runtime/block_drafter.h"
+#include "runtime/draft_model.h"
 #include "runtime/session.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -99,14 +104,18 @@ class DecodeAllocTest : public ::testing::TestWithParam<int> {
     auto m = Model::Load(kStories, o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = *m;
+    auto pool = MakeThreadPool(GetParam());
+    ASSERT_TRUE(pool.ok());
+    pool_ = *pool;
     SessionOptions so;
     so.n_ctx = 256;
-    so.n_threads = GetParam();
+    so.pool = pool_;  // shared with the drafters (they run in turn)
     auto s = Session::Create(model_, so);
     ASSERT_TRUE(s.ok());
     session_ = std::move(*s);
   }
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<Session> session_;
 };
 
@@ -140,6 +149,57 @@ TEST_P(DecodeAllocTest, SpeculativeWithPromptLookup) {
   const Trace t = GenerateTraced(*session_, o);
   EXPECT_GT(t.result.n_verify_passes, 0);
   ExpectNoAllocationPerToken(t, 24);
+}
+
+TEST_P(DecodeAllocTest, SpeculativeWithADraftModel) {
+  for (float draft_temperature : {0.0f, 1.0f}) {
+    for (bool automatic : {false, true}) {
+      DraftModelOptions d;
+      d.temperature = draft_temperature;
+      d.session.n_ctx = 256;
+      d.session.pool = pool_;
+      auto drafter = DraftModelDrafter::Create(model_, *model_, d);
+      ASSERT_TRUE(drafter.ok()) << drafter.status().ToString();
+      GenerateOptions o;
+      o.sampling.temperature = draft_temperature;  // a sampled draft under a sampled target
+      o.sampling.seed = 3;
+      o.max_tokens = 64;
+      o.drafter = drafter->get();
+      o.spec_auto = automatic;
+      session_->Reset();
+      const Trace t = GenerateTraced(*session_, o);
+      // (Auto may rightly decline: this draft model costs as much as the target.)
+      if (!automatic) {
+        EXPECT_GT(t.result.n_verify_passes, 0);
+      }
+      ExpectNoAllocationPerToken(t, 24);
+    }
+  }
+}
+
+TEST_P(DecodeAllocTest, SpeculativeWithABlockDrafter) {
+  const std::string dir = ::testing::TempDir() + "/alloc-dflash";
+  std::filesystem::create_directories(dir);
+  DFlashSyntheticOptions w;
+  w.target = model_->config();
+  ASSERT_TRUE(WriteSyntheticDFlashDrafter(w, dir).ok());
+  auto loaded = DFlashDrafter::Load(dir, model_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  for (bool automatic : {false, true}) {
+    auto drafter = BlockDrafter::Create(*loaded, 256, pool_);
+    ASSERT_TRUE(drafter.ok()) << drafter.status().ToString();
+    GenerateOptions o;
+    o.sampling.temperature = 0.0f;
+    o.max_tokens = 64;
+    o.drafter = drafter->get();
+    o.spec_auto = automatic;
+    session_->Reset();
+    const Trace t = GenerateTraced(*session_, o);
+    if (!automatic) {
+      EXPECT_GT(t.result.n_verify_passes, 0);
+    }
+    ExpectNoAllocationPerToken(t, 24);
+  }
 }
 
 TEST_P(DecodeAllocTest, TheCountCanFail) {
