@@ -185,6 +185,19 @@ typedef struct pocket_generate_params {
   /* Recognise special-token strings in the prompt or message contents (default false: they are
    * plain text; the chat template's own special tokens are special either way). */
   bool parse_special;
+  /* Speculative decoding, lossless (greedy and seeded outputs are those of plain decoding; a
+   * sampled draft model keeps the distribution): NULL or "none" (default); "lookup" (drafts
+   * copied from earlier text); "draft:FILE" (a draft model with the model's vocabulary);
+   * "dflash:DIR" (a DFlash block drafter directory); "auto" (lookup, verified only while it
+   * pays); "auto:MODE". The session keeps the drafter (a draft model's session, a block
+   * drafter's context) for later calls with the same spec. Up to draft_max (default 8) tokens per
+   * verification pass; shorter drafts than draft_min (default 1) are not verified; a draft model
+   * stops drafting below draft_p_min top probability (default 0). Appended in 0.13: callers
+   * compiled against an older header must be rebuilt. */
+  const char* spec;
+  int32_t draft_max;
+  int32_t draft_min;
+  float draft_p_min;
 } pocket_generate_params;
 
 typedef enum pocket_stop_reason {
@@ -205,6 +218,14 @@ typedef struct pocket_generate_result {
   double constraint_ms; /* of decode_ms: computing token masks under a constraint */
   uint64_t seed;        /* the sampler's seed: params.seed, or the one drawn for
                          * POCKET_SEED_RANDOM; never POCKET_SEED_RANDOM itself */
+  /* Speculative decoding: verification passes, drafted tokens verified, those accepted (their
+   * ratio is the acceptance rate; accepted / passes the mean accepted length), decode steps taken
+   * without a draft, and the drafter's share of decode_ms. Zero without params.spec. */
+  int32_t n_verify_passes;
+  int32_t n_drafted_tokens;
+  int32_t n_accepted_draft_tokens;
+  int32_t n_plain_decode_steps;
+  double draft_ms;
 } pocket_generate_result;
 
 /* Called with each piece of text (whole UTF-8 characters, not NUL-terminated); return false to

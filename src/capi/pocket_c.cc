@@ -29,6 +29,10 @@ struct pocket_model {
 
 struct pocket_session {
   std::unique_ptr<pocket::Session> session;
+  std::shared_ptr<pocket::ThreadPool> pool{};  // the session's (a drafter computes on it too)
+  // The drafter of the last call with a spec, kept for later calls with the same spec.
+  std::string spec{};
+  std::unique_ptr<pocket::Drafter> drafter{};
 };
 
 namespace {
@@ -266,7 +270,7 @@ pocket_status pocket_session_create(const pocket_model* model, const pocket_sess
     }
     auto session = pocket::Session::Create(model->model, options);
     if (!session.ok()) return Report(err, session.status());
-    *out_session = new pocket_session{std::move(*session)};
+    *out_session = new pocket_session{std::move(*session), options.pool};
     return Report(err, pocket::Status::Ok());
   });
 }
@@ -312,7 +316,11 @@ pocket_generate_params pocket_generate_default_params(void) {
                                 nullptr,
                                 0,
                                 pocket::ChatOptions().enable_thinking,
-                                false};
+                                false,
+                                nullptr,
+                                d.draft_max,
+                                d.draft_min,
+                                0.0f};
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
@@ -360,8 +368,33 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
     const pocket::Status input = pocket::capi::SetInput(
         model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special, &request);
     if (!input.ok()) return Report(err, input);
-    auto prepared = pocket::PrepareRequest(model, request);
+    request.spec = p.spec != nullptr ? p.spec : "";
+    request.draft_max = p.draft_max;
+    request.draft_min = p.draft_min;
+    request.draft_p_min = p.draft_p_min;
+    // The drafter is made by the session below (kept across calls): none here.
+    pocket::GenerateRequest plain = request;
+    plain.spec.clear();
+    auto prepared = pocket::PrepareRequest(model, plain);
     if (!prepared.ok()) return Report(err, prepared.status());
+    if (auto mode = pocket::ParseSpec(request); !mode.ok()) {
+      return Report(err, mode.status());
+    } else if (mode->kind != pocket::SpecMode::Kind::kNone) {
+      if (session->drafter == nullptr || session->spec != request.spec) {
+        session->drafter.reset();
+        pocket::SessionOptions so;
+        so.n_ctx = session->session->n_ctx();
+        so.pool = session->pool;
+        auto drafter = pocket::MakeDrafter(request, model, so);
+        if (!drafter.ok()) return Report(err, drafter.status());
+        session->drafter = std::move(*drafter);
+        session->spec = request.spec;
+      }
+      prepared->options.drafter = session->drafter.get();
+      prepared->options.draft_max = request.draft_max;
+      prepared->options.draft_min = request.draft_min;
+      prepared->options.spec_auto = mode->automatic;
+    }
     pocket::StreamCallback cb;
     if (on_text != nullptr) {
       cb = [on_text, user_data](std::string_view piece) {
@@ -379,6 +412,11 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
       result->constraint_ms = static_cast<double>(r->constraint_us) / 1000.0;
       result->seed = r->seed;
+      result->n_verify_passes = r->n_verify_passes;
+      result->n_drafted_tokens = r->n_drafted;
+      result->n_accepted_draft_tokens = r->n_draft_accepted;
+      result->n_plain_decode_steps = r->n_plain_steps;
+      result->draft_ms = static_cast<double>(r->draft_us) / 1000.0;
     }
     return Report(err, pocket::Status::Ok());
   });

@@ -621,6 +621,43 @@ int main(int argc, char** argv) {
   CHECK(st == POCKET_OK, "generate with stop: %s", err.message);
   CHECK(strchr(c3.text, '.') == NULL, "stop string leaked: %s", c3.text);
 
+  /* Speculative decoding: the same greedy text, and the acceptance reported. */
+  {
+    pocket_generate_params sgp = pocket_generate_default_params();
+    sgp.temperature = 0.0f;
+    sgp.max_tokens = 40;
+    sgp.spec = "lookup";
+    sgp.draft_max = 4;
+    const char* story = "Lily and Tom went to the park. Lily and Tom";
+    pocket_generate_result plain_r, spec_r;
+    pocket_generate_params pgp = sgp;
+    pgp.spec = NULL;
+    Collected* plain = run(session, story, &pgp, &plain_r);
+    Collected* spec = run(session, story, &sgp, &spec_r);
+    CHECK(strcmp(plain->text, spec->text) == 0, "spec lookup changed the text:\n%s\n%s",
+          plain->text, spec->text);
+    CHECK(plain_r.n_verify_passes == 0 && spec_r.n_verify_passes > 0,
+          "verification passes: %d plain, %d spec", plain_r.n_verify_passes,
+          spec_r.n_verify_passes);
+    CHECK(spec_r.n_accepted_draft_tokens <= spec_r.n_drafted_tokens &&
+              spec_r.n_drafted_tokens <= spec_r.n_verify_passes * sgp.draft_max,
+          "acceptance %d of %d in %d passes", spec_r.n_accepted_draft_tokens,
+          spec_r.n_drafted_tokens, spec_r.n_verify_passes);
+    printf("spec lookup: %d passes, %d of %d drafted tokens accepted\n", spec_r.n_verify_passes,
+           spec_r.n_accepted_draft_tokens, spec_r.n_drafted_tokens);
+    free(plain);
+    free(spec);
+    sgp.spec = "oracle";
+    st = pocket_generate(session, story, &sgp, NULL, NULL, NULL, &err);
+    CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "oracle") != NULL,
+          "unknown spec gave %d: %s", (int)st, err.message);
+    sgp.spec = "lookup";
+    sgp.draft_max = 0;
+    st = pocket_generate(session, story, &sgp, NULL, NULL, NULL, &err);
+    CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "draft-max") != NULL,
+          "draft_max 0 gave %d: %s", (int)st, err.message);
+  }
+
   /* Bad parameters are errors, not crashes. */
   gp.top_p = 0.0f;
   st = pocket_generate(session, text, &gp, NULL, NULL, NULL, &err);
