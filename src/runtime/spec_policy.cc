@@ -6,7 +6,7 @@
 namespace pocket {
 
 namespace {
-// Weight of the past per observation: about the last 20 passes or shadow drafts count.
+// Weight of the past per observation (a token's acceptance; the timings: per pass or step).
 constexpr double kDecay = 0.95;
 // Before a verification pass was timed: c(k) = 1 + 0.1 k, about what a bandwidth-bound pass of a
 // few rows costs on a phone-class CPU (docs/benchmarks.md has measured curves).
@@ -56,8 +56,11 @@ bool SpecPolicy::ShadowDraft() const {
 }
 
 void SpecPolicy::Observe(double successes, double failures) {
-  successes_ = successes_ * kDecay + successes;
-  failures_ = failures_ * kDecay + failures;
+  // The past fades per token observed (a pass of 8 accepted tokens is 8 observations), so the
+  // estimate follows the last 20 or so tokens however they were grouped into passes.
+  const double fade = std::pow(kDecay, successes + failures);
+  successes_ = successes_ * fade + successes;
+  failures_ = failures_ * fade + failures;
   accept_ = successes_ / (successes_ + failures_);
 }
 
