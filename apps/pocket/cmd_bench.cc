@@ -1,6 +1,6 @@
 // pocket bench: prefill (pp) and decode (tg) speed, load time, memory and CPU time, next to this
 // machine's ceilings measured in the same run. Markdown by default; --json prints one object per
-// line, one per (model, threads).
+// line, one per (model, threads), and with --spec one per (model, threads, mode).
 #include "common.h"
 #include "progress.h"
 #include "runtime/bench.h"
@@ -19,6 +19,9 @@ Command AddBenchCommand(CLI::App& root) {
     bool no_amx = false, no_repack = false, no_huge_pages = false, json = false,
          no_ceilings = false;
     std::string schema_file, grammar_file, schema_text, grammar_text, regex, span_file;
+    std::vector<std::string> spec;
+    int32_t draft_max = 8;
+    bool verify_cost = false;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
@@ -49,9 +52,26 @@ Command AddBenchCommand(CLI::App& root) {
                   "as --grammar, with the grammar read from this file");
   app->add_option("--regex", f->regex, "also decode under this regular expression");
   app->add_option("--span-source", f->span_file, "source text for span fields of the constraint");
-  SetExamples(
-      app, {"pocket bench -m model.pocket", "pocket bench -m model.pocket -p 0 -n 64 -t 0 --json",
-            "pocket bench -m a.pocket -m b.gguf -t 1,2,4 -r 3 --no-ceilings"});
+  app->add_option(
+         "--spec", f->spec,
+         "speculative decoding modes, each measured against plain greedy decoding in the same run "
+         "(repeatable or comma-separated): lookup (prompt lookup, n-grams of 1-3 tokens), "
+         "oracle:P (benchmark-only: the model's own greedy continuation, each drafted token kept "
+         "with probability P in [0, 1], otherwise replaced), auto:lookup or auto:oracle:P "
+         "(the same with --spec auto's policy: speculate only where it pays); also measures the "
+         "verification cost curve")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--draft-max", f->draft_max,
+                  "--spec: tokens drafted per verification pass at most")
+      ->capture_default_str();
+  app->add_flag("--verify-cost", f->verify_cost,
+                "measure the verification cost curve c(k) = forward of k tokens after the prompt / "
+                "one decode step, k = 1..16 (also with --spec)");
+  SetExamples(app,
+              {"pocket bench -m model.pocket",
+               "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings --json",
+               "pocket bench -m model.pocket -t 2 -p 512 -n 64 -r 3 "
+               "--spec oracle:1,oracle:0.7,oracle:0,auto:oracle:0"});
   return {
       app, [=]() -> int {
         // Usage errors first, before any file is read.
@@ -67,6 +87,17 @@ Command AddBenchCommand(CLI::App& root) {
         }
         if (f->n_batch < 1) {
           return ReportUsageError(StrCat("--batch must be at least 1, got ", f->n_batch));
+        }
+        if (f->draft_max < 1 || f->draft_max > 256) {
+          return ReportUsageError(StrCat("--draft-max must be 1 to 256, got ", f->draft_max));
+        }
+        std::vector<std::string> spec_modes;
+        for (const std::string& value : f->spec) {
+          for (const std::string& mode : SplitString(value, ',')) {
+            auto parsed = ParseBenchSpec(mode);
+            if (!parsed.ok()) return ReportUsageError(parsed.status().message());
+            spec_modes.push_back(mode);
+          }
         }
         const std::pair<const char*, const std::string*> constraints[] = {
             {"--regex", &f->regex},
@@ -95,6 +126,9 @@ Command AddBenchCommand(CLI::App& root) {
         config.repack = !f->no_repack;
         config.huge_pages = !f->no_huge_pages;
         config.measure_ceilings = !f->no_ceilings;
+        config.spec = spec_modes;
+        config.draft_max = f->draft_max;
+        config.verify_cost = f->verify_cost;
         config.threads.clear();
         for (const std::string& part : SplitString(f->threads, ',')) {
           char* end = nullptr;
@@ -152,7 +186,9 @@ Command AddBenchCommand(CLI::App& root) {
         progress->Finish();
         if (!results.ok()) return ReportError(results.status());
         if (f->json) {
-          for (const BenchResult& r : *results) std::printf("%s\n", BenchJson(r).c_str());
+          for (const BenchResult& r : *results) {
+            for (const std::string& line : BenchJsonLines(r)) std::printf("%s\n", line.c_str());
+          }
         } else {
           std::printf("\n%s", BenchMarkdownHeader().c_str());
           for (const BenchResult& r : *results) std::printf("%s", BenchMarkdownRow(r).c_str());
@@ -160,6 +196,22 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("\n%s", ConstrainedMarkdownHeader().c_str());
             for (const BenchResult& r : *results)
               std::printf("%s", ConstrainedMarkdownRow(r).c_str());
+          }
+          if (!results->empty() && !results->front().verify_cost.empty()) {
+            std::printf(
+                "\nVerification cost c(k): a forward of k tokens (logits for every row) "
+                "after the prompt / one decode step there\n\n%s",
+                VerifyCostMarkdownHeader().c_str());
+            for (const BenchResult& r : *results)
+              std::printf("%s", VerifyCostMarkdownRow(r).c_str());
+          }
+          if (!results->empty() && !results->front().spec.empty()) {
+            std::printf("\nSpeculative decoding (greedy; the same tokens as plain decoding)\n\n%s",
+                        SpecMarkdownHeader().c_str());
+            for (const BenchResult& r : *results) {
+              for (const SpecBenchResult& s : r.spec)
+                std::printf("%s", SpecMarkdownRow(r, s).c_str());
+            }
           }
         }
         return 0;

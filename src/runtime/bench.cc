@@ -4,10 +4,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <new>
+#include <string_view>
 #include <thread>
 
 #include "base/mapped_file.h"
@@ -93,11 +95,353 @@ std::string JsonNumber(bool measured, const char* format, double value) {
   return buf;
 }
 
+int32_t Argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+bool IsStopToken(const Model& model, int32_t id) {
+  const std::vector<int32_t>& stop = model.stop_token_ids();
+  return std::find(stop.begin(), stop.end(), id) != stop.end();
+}
+
+// The target's greedy continuation of `prompt`: n tokens by plain decoding, one step per token.
+Status GreedyContinuation(Session& session, std::span<const int32_t> prompt, int32_t n,
+                          std::vector<int32_t>* out) {
+  out->clear();
+  POCKET_RETURN_IF_ERROR(session.SetContext(prompt));
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t next = Argmax(session.last_logits());
+    out->push_back(next);
+    if (i + 1 < n) POCKET_RETURN_IF_ERROR(session.Append(std::span<const int32_t>(&next, 1)));
+  }
+  return Status::Ok();
+}
+
+// The verification cost curve on `session`: after `prompt`, one decode step (a token, the last
+// row's logits) against forwards of k = 1..kVerifyCostMax tokens of `tokens` with logits for every
+// row, as a verification pass computes them. The context is cut back to the prompt between
+// measurements (untimed).
+constexpr int32_t kVerifyCostMax = 16;
+
+struct VerifyCost {
+  std::vector<double> cost;  // [kVerifyCostMax]
+  double step_ms = 0;
+};
+
+StatusOr<VerifyCost> MeasureVerifyCost(Session& session, std::span<const int32_t> prompt,
+                                       std::span<const int32_t> tokens, int32_t samples,
+                                       const std::function<void(int32_t sample)>& on_sample) {
+  if (static_cast<int32_t>(tokens.size()) < kVerifyCostMax)
+    return InternalError("the verification cost needs ", kVerifyCostMax, " continuation tokens");
+  const size_t vocab = static_cast<size_t>(session.model().config().vocab_size);
+  std::vector<float> rows(static_cast<size_t>(kVerifyCostMax) * vocab);
+  // times[0]: the decode step; times[k]: a forward of k tokens with every row's logits.
+  std::vector<std::vector<double>> times(kVerifyCostMax + 1);
+  for (int32_t sample = 0; sample <= samples; ++sample) {  // sample 0 warms up
+    on_sample(sample);
+    for (int32_t k = 0; k <= kVerifyCostMax; ++k) {
+      POCKET_RETURN_IF_ERROR(session.SetContext(prompt));
+      const std::span<const int32_t> in = tokens.first(static_cast<size_t>(std::max(k, 1)));
+      Stopwatch w;
+      POCKET_RETURN_IF_ERROR(session.Append(in, k == 0 ? nullptr : rows.data()));
+      const double s = w.elapsed_s();
+      if (sample > 0) times[static_cast<size_t>(k)].push_back(s);
+    }
+  }
+  POCKET_RETURN_IF_ERROR(session.SetContext(prompt));
+  VerifyCost out;
+  const double step = Summarize(times[0]).median;
+  out.step_ms = step * 1e3;
+  for (int32_t k = 1; k <= kVerifyCostMax; ++k)
+    out.cost.push_back(step > 0 ? Summarize(times[static_cast<size_t>(k)]).median / step : 0.0);
+  return out;
+}
+
+// A "[a, b, ...]" JSON array.
+std::string JsonArray(const std::vector<double>& values, const char* format) {
+  std::string out = "[";
+  char buf[64];
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::snprintf(buf, sizeof buf, format, values[i]);
+    if (i > 0) out += ", ";
+    out += buf;
+  }
+  return out + "]";
+}
+
+std::string JsonString(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string ModelName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace
+
+StatusOr<BenchSpec> ParseBenchSpec(std::string_view mode) {
+  BenchSpec spec;
+  spec.mode = std::string(mode);
+  std::string_view rest = mode;
+  if (rest.substr(0, 5) == "auto:") {
+    spec.spec_auto = true;
+    rest.remove_prefix(5);
+  }
+  const size_t colon = rest.find(':');
+  spec.drafter = std::string(rest.substr(0, colon));
+  spec.arg = colon == std::string_view::npos ? "" : std::string(rest.substr(colon + 1));
+  const std::string expected =
+      "expected lookup, oracle:P with P in [0, 1], or either after auto: (auto:lookup, "
+      "auto:oracle:P)";
+  if (spec.drafter == "auto" || (spec.spec_auto && spec.drafter.empty())) {
+    return InvalidArgumentError("--spec ", QuoteBytes(mode),
+                                ": auto needs a drafter to speculate with (auto:lookup or "
+                                "auto:oracle:P)");
+  }
+  if (spec.drafter == "lookup") {
+    if (colon != std::string_view::npos) {
+      return InvalidArgumentError("--spec ", QuoteBytes(mode), ": lookup takes no argument (",
+                                  expected, ")");
+    }
+    return spec;
+  }
+  if (spec.drafter == "oracle") {
+    const std::string& a = spec.arg;
+    char* end = nullptr;
+    const double p = a.empty() ? NAN : std::strtod(a.c_str(), &end);
+    if (a.empty() || end != a.c_str() + a.size() || !std::isfinite(p) || p < 0.0 || p > 1.0) {
+      return InvalidArgumentError("--spec ", QuoteBytes(mode), ": oracle needs P in [0, 1] (",
+                                  colon == std::string_view::npos ? "none" : QuoteBytes(a),
+                                  " given), as oracle:0.7");
+    }
+    spec.oracle_p = p;
+    return spec;
+  }
+  return InvalidArgumentError("--spec ", QuoteBytes(mode), ": unknown speculative mode (", expected,
+                              ")");
+}
+
+StatusOr<std::unique_ptr<Drafter>> MakeBenchDrafter(const BenchSpec& spec,
+                                                    const BenchDrafterContext& context) {
+  if (context.model == nullptr) return InvalidArgumentError("a bench drafter needs the model");
+  if (spec.drafter == "lookup") {
+    PromptLookupOptions lookup;  // as `pocket run --spec lookup` (--lookup-min 1, --lookup-max 3)
+    lookup.min_ngram = 1;
+    lookup.max_ngram = 3;
+    POCKET_RETURN_IF_ERROR(lookup.Validate());
+    return std::unique_ptr<Drafter>(std::make_unique<PromptLookupDrafter>(lookup));
+  }
+  if (spec.drafter == "oracle") {
+    const int32_t vocab = context.model->config().vocab_size;
+    if (vocab < 2)
+      return InvalidArgumentError("the oracle drafter needs a vocabulary of 2 or more");
+    return std::unique_ptr<Drafter>(std::make_unique<OracleDrafter>(
+        static_cast<int32_t>(context.prompt.size()),
+        std::vector<int32_t>(context.continuation.begin(), context.continuation.end()),
+        spec.oracle_p, vocab));
+  }
+  return InvalidArgumentError("--spec ", QuoteBytes(spec.mode), ": unknown drafter ",
+                              QuoteBytes(spec.drafter));
+}
+
+OracleDrafter::OracleDrafter(int32_t prompt_size, std::vector<int32_t> continuation, double p,
+                             int32_t vocab_size, uint64_t seed)
+    : prompt_size_(prompt_size),
+      continuation_(std::move(continuation)),
+      p_(p),
+      vocab_size_(vocab_size),
+      seed_(seed) {}
+
+uint64_t OracleDrafter::Hash(size_t index) const {
+  uint64_t state = seed_ ^ (static_cast<uint64_t>(index) * 0xd1342543de82ef95ull);
+  return SplitMix64(state);
+}
+
+bool OracleDrafter::Keeps(size_t index) const {
+  // 53 uniform bits below p: p = 1 keeps every token, p = 0 none.
+  return static_cast<double>(Hash(index) >> 11) * (1.0 / 9007199254740992.0) < p_;
+}
+
+int32_t OracleDrafter::Proposal(size_t index) const {
+  const int32_t token = continuation_[index];
+  if (Keeps(index)) return token;
+  uint64_t state = Hash(index);
+  const uint64_t offset = 1 + SplitMix64(state) % static_cast<uint64_t>(vocab_size_ - 1);
+  return static_cast<int32_t>((static_cast<uint64_t>(token) + offset) %
+                              static_cast<uint64_t>(vocab_size_));
+}
+
+Status OracleDrafter::Draft(std::span<const int32_t> context, int32_t max_tokens,
+                            std::vector<int32_t>* draft) {
+  draft->clear();
+  if (context.size() < static_cast<size_t>(prompt_size_) || max_tokens < 1) return Status::Ok();
+  const size_t at = context.size() - static_cast<size_t>(prompt_size_);
+  if (at > continuation_.size()) return Status::Ok();
+  if (at > 0 && context.back() != continuation_[at - 1]) return Status::Ok();  // off the track
+  const size_t end = std::min(continuation_.size(), at + static_cast<size_t>(max_tokens));
+  for (size_t i = at; i < end; ++i) draft->push_back(Proposal(i));
+  return Status::Ok();
+}
 
 int32_t BenchThreads(int32_t requested) {
   return requested == 0 ? std::min(HardwareThreads(), 256) : requested;  // a session's maximum
 }
+
+namespace {
+
+constexpr int32_t kMaxBenchDraft = 256;
+
+// Tokens of the greedy continuation: the decode budget, and at least the cost curve's forwards.
+int32_t ContinuationLength(const BenchConfig& config) {
+  return std::max(config.n_gen, kVerifyCostMax);
+}
+
+// The speculative part of one (model, threads) result: on the first call for a model, a prompt
+// whose greedy continuation does not stop within n_gen tokens and that continuation; then the
+// verification cost curve, and per repetition a plain greedy Generate and one per mode, whose
+// tokens must be the plain ones.
+Status RunSpecBench(const BenchConfig& config, const std::vector<BenchSpec>& specs,
+                    int32_t verify_samples, const Model& model, Session& session,
+                    std::span<const int32_t> bench_prompt, std::vector<int32_t>* spec_prompt,
+                    std::vector<int32_t>* continuation, BenchResult* r,
+                    const std::function<void(const std::string&)>& say) {
+  const std::string name = StrCat(r->model, ": ", r->threads, " thread(s), ");
+  if (continuation->empty()) {
+    say(StrCat(r->model, ": greedy continuation of the prompt (drafts and cost curve)"));
+    // Random prompts whose greedy continuation ends early (a stop token within the budget) would
+    // measure a shorter decode; the next random prompts are tried instead.
+    constexpr int kTries = 16;
+    spec_prompt->assign(bench_prompt.begin(), bench_prompt.end());
+    Rng rng(4321);
+    for (int attempt = 0;; ++attempt) {
+      POCKET_RETURN_IF_ERROR(
+          GreedyContinuation(session, *spec_prompt, ContinuationLength(config), continuation));
+      const auto stop = std::find_if(continuation->begin(), continuation->begin() + config.n_gen,
+                                     [&](int32_t id) { return IsStopToken(model, id); });
+      if (stop == continuation->begin() + config.n_gen) break;
+      if (attempt + 1 == kTries) {
+        return FailedPreconditionError(
+            r->model, ": the greedy continuations of ", kTries,
+            " random prompts all stop within --n-gen ", config.n_gen,
+            " tokens (an end-of-text token); a smaller --n-gen measures speculative decoding");
+      }
+      for (int32_t& id : *spec_prompt)
+        id = static_cast<int32_t>(rng.NextBelow(static_cast<uint64_t>(model.config().vocab_size)));
+    }
+  }
+
+  POCKET_ASSIGN_OR_RETURN(
+      VerifyCost cost,
+      MeasureVerifyCost(session, *spec_prompt, *continuation, verify_samples, [&](int32_t sample) {
+        say(StrCat(name, "verification cost c(1..", kVerifyCostMax, "), ",
+                   sample == 0 ? "warm-up" : StrCat("sweep ", sample, "/", verify_samples)));
+      }));
+  r->verify_cost = std::move(cost.cost);
+  r->decode_step_ms = cost.step_ms;
+  if (specs.empty()) return Status::Ok();
+
+  BenchDrafterContext context;
+  context.model = &model;
+  context.prompt = *spec_prompt;
+  context.continuation = *continuation;
+  std::vector<std::unique_ptr<Drafter>> drafters;
+  std::vector<GenerateOptions> options;
+  GenerateOptions plain;
+  plain.sampling.temperature = 0.0f;  // greedy: speculation must emit the same tokens
+  plain.max_tokens = config.n_gen;
+  for (const BenchSpec& spec : specs) {
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Drafter> drafter, MakeBenchDrafter(spec, context));
+    GenerateOptions o = plain;
+    o.drafter = drafter.get();
+    o.draft_max = config.draft_max;
+    o.spec_auto = spec.spec_auto;
+    options.push_back(o);
+    drafters.push_back(std::move(drafter));
+  }
+  // Plain and speculative runs interleaved per repetition, so drift of the machine's speed hits
+  // both alike.
+  std::vector<double> plain_tps;
+  std::vector<std::vector<double>> spec_tps(specs.size()), share(specs.size());
+  std::vector<int32_t> reference;
+  r->spec.resize(specs.size());
+  for (int32_t run = 0; run <= config.repetitions; ++run) {
+    const std::string which = run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions);
+    say(StrCat(name, which, ": plain greedy decode tg", config.n_gen));
+    POCKET_ASSIGN_OR_RETURN(GenerateResult base, session.Generate(*spec_prompt, plain));
+    if (base.tokens.empty() || base.decode_us <= 0)
+      return InternalError(r->model, ": plain greedy decoding emitted no tokens");
+    if (run == 0) {
+      reference = base.tokens;
+    } else if (base.tokens != reference) {
+      return InternalError(r->model, ": plain greedy decoding is not deterministic (run ", run,
+                           " differs from the warm-up)");
+    }
+    if (run > 0)
+      plain_tps.push_back(1e6 * static_cast<double>(base.tokens.size()) /
+                          static_cast<double>(base.decode_us));
+    for (size_t m = 0; m < specs.size(); ++m) {
+      say(StrCat(name, which, ": speculative decode, --spec ", specs[m].mode));
+      POCKET_ASSIGN_OR_RETURN(GenerateResult got, session.Generate(*spec_prompt, options[m]));
+      if (got.tokens != reference) {
+        size_t i = 0;
+        while (i < got.tokens.size() && i < reference.size() && got.tokens[i] == reference[i]) ++i;
+        return InternalError(
+            r->model, ", ", r->threads, " thread(s): speculative decoding with --spec ",
+            specs[m].mode, " emitted other tokens than plain greedy decoding (", got.tokens.size(),
+            " tokens against ", reference.size(), "; first difference at ", i, ": ",
+            i < got.tokens.size() ? StrCat(got.tokens[i]) : std::string("none"), " against ",
+            i < reference.size() ? StrCat(reference[i]) : std::string("none"),
+            "): verification is not lossless");
+      }
+      if (run == 0 || got.decode_us <= 0) continue;
+      spec_tps[m].push_back(1e6 * static_cast<double>(got.tokens.size()) /
+                            static_cast<double>(got.decode_us));
+      share[m].push_back(static_cast<double>(got.draft_us) / static_cast<double>(got.decode_us));
+      SpecBenchResult& s = r->spec[m];  // the counts are those of the last run
+      s.tokens = static_cast<int32_t>(got.tokens.size());
+      s.n_verify_passes = got.n_verify_passes;
+      s.n_drafted = got.n_drafted;
+      s.n_draft_accepted = got.n_draft_accepted;
+      s.n_plain_steps = got.n_plain_steps;
+    }
+  }
+  const Stat plain_stat = Summarize(plain_tps);
+  for (size_t m = 0; m < specs.size(); ++m) {
+    SpecBenchResult& s = r->spec[m];
+    s.mode = specs[m].mode;
+    s.spec_auto = specs[m].spec_auto;
+    s.draft_max = config.draft_max;
+    s.plain_decode_tokens_per_s = plain_stat;
+    s.spec_decode_tokens_per_s = Summarize(spec_tps[m]);
+    s.spec_speedup =
+        plain_stat.median > 0 ? s.spec_decode_tokens_per_s.median / plain_stat.median : 0.0;
+    s.acceptance_length =
+        s.n_verify_passes > 0 ? static_cast<double>(s.n_draft_accepted) / s.n_verify_passes : 0.0;
+    // Target passes: verifications and plain steps; the budget's last token needs none.
+    const int32_t passes = s.n_verify_passes + s.n_plain_steps;
+    s.tokens_per_pass = passes > 0 ? static_cast<double>(s.tokens) / passes : 0.0;
+    s.draft_acceptance =
+        s.n_drafted > 0 ? static_cast<double>(s.n_draft_accepted) / s.n_drafted : 0.0;
+    s.draft_share = Summarize(share[m]).median;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
   if (config.models.empty()) return InvalidArgumentError("no model to benchmark");
@@ -118,12 +462,35 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
     }
     threads.push_back(BenchThreads(t));
   }
+  std::vector<BenchSpec> specs;
+  for (const std::string& mode : config.spec) {
+    POCKET_ASSIGN_OR_RETURN(BenchSpec spec, ParseBenchSpec(mode));
+    specs.push_back(std::move(spec));
+  }
+  if (config.draft_max < 1 || config.draft_max > kMaxBenchDraft) {
+    return InvalidArgumentError("--draft-max must be 1 to ", kMaxBenchDraft, ", got ",
+                                config.draft_max);
+  }
+  // The greedy continuation and the verification cost curve: with --spec or --verify-cost.
+  const bool speculative = config.verify_cost || !specs.empty();
+  // Verification cost samples per k (after a warm-up sweep): single forward passes, so more than
+  // the repetitions of whole runs.
+  const int32_t verify_samples = std::max(3 * config.repetitions, 9);
   const KernelTable& kernels = config.kernels != nullptr ? *config.kernels : SelectKernels();
   // Steps, for progress: one per ceiling measurement, and per (model, threads) a load and the
-  // warm-up and timed runs.
+  // warm-up and timed runs; with speculative modes or the verification cost, per model the greedy
+  // continuation, and per (model, threads) the cost sweeps and each plain and speculative run.
+  const int64_t per_model_threads =
+      2 + config.repetitions +
+      (speculative
+           ? (1 + verify_samples) +
+                 (specs.empty() ? 0
+                                : static_cast<int64_t>(1 + specs.size()) * (1 + config.repetitions))
+           : 0);
   const int64_t n_steps =
       (config.measure_ceilings ? static_cast<int64_t>(threads.size()) : 0) +
-      static_cast<int64_t>(config.models.size() * threads.size()) * (2 + config.repetitions);
+      static_cast<int64_t>(config.models.size() * threads.size()) * per_model_threads +
+      (speculative ? static_cast<int64_t>(config.models.size()) : 0);
   int64_t step = 0;
   auto say = [&](const std::string& line) {
     if (config.progress) config.progress(step, n_steps, line);
@@ -152,6 +519,8 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
   }
   std::vector<BenchResult> results;
   for (const std::string& path : config.models) {
+    // Speculative runs: their prompt and its greedy continuation, once per model.
+    std::vector<int32_t> spec_prompt, continuation;
     for (int32_t n_threads : threads) {
       BenchResult r;
       r.model = path;
@@ -180,6 +549,12 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       SessionOptions so;
       so.n_ctx = std::max(config.n_prompt, 1) + config.n_gen;
       so.n_batch = std::max(1, std::min(config.n_batch, config.n_prompt));
+      if (speculative) {
+        // Room for the continuation and the cost curve's forwards, and a chunk that holds a
+        // whole verification pass.
+        so.n_ctx = std::max(config.n_prompt, 1) + ContinuationLength(config) + 1;
+        so.n_batch = std::max({so.n_batch, kVerifyCostMax, config.draft_max + 1});
+      }
       so.n_threads = n_threads;
       so.kv_type = config.kv_type;
       POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(model, so));
@@ -283,6 +658,10 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       if (constraint != nullptr && r.decode_tokens_per_s.median > 0) {
         r.constrained_decode_ratio =
             r.constrained_decode_tokens_per_s.median / r.decode_tokens_per_s.median;
+      }
+      if (speculative) {
+        POCKET_RETURN_IF_ERROR(RunSpecBench(config, specs, verify_samples, *model, *session, prompt,
+                                            &spec_prompt, &continuation, &r, say));
       }
       const ProcessMemory after = ReadProcessMemory();
       r.peak_rss_increase_bytes =
@@ -392,7 +771,9 @@ std::string BenchJson(const BenchResult& r) {
   }
   const bool prefill = r.n_prompt > 0;
   const std::string measured = StrCat("[", prefill ? "\"prefill\", " : "", "\"decode\"",
-                                      r.constrained ? ", \"constrained_decode\"" : "", "]");
+                                      r.constrained ? ", \"constrained_decode\"" : "",
+                                      r.verify_cost.empty() ? "" : ", \"verify_cost\"",
+                                      r.spec.empty() ? "" : ", \"spec_decode\"", "]");
   char buf[2560];
   std::snprintf(
       buf, sizeof(buf),
@@ -443,6 +824,81 @@ std::string BenchJson(const BenchResult& r) {
     out += more;
   }
   return out;
+}
+
+std::string SpecMarkdownHeader() {
+  return "| model | threads | spec | draft max | plain tg t/s | spec tg t/s | speedup "
+         "| accepted/pass | tokens/pass | drafts kept | drafter share |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|\n";
+}
+
+std::string SpecMarkdownRow(const BenchResult& r, const SpecBenchResult& s) {
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "| %s | %d | %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.2fx | %.2f | %.2f "
+                "| %.0f%% (%d/%d) | %.1f%% |\n",
+                ModelName(r.model).c_str(), r.threads, s.mode.c_str(), s.draft_max,
+                s.plain_decode_tokens_per_s.median, s.plain_decode_tokens_per_s.min,
+                s.plain_decode_tokens_per_s.max, s.spec_decode_tokens_per_s.median,
+                s.spec_decode_tokens_per_s.min, s.spec_decode_tokens_per_s.max, s.spec_speedup,
+                s.acceptance_length, s.tokens_per_pass, 100.0 * s.draft_acceptance,
+                s.n_draft_accepted, s.n_drafted, 100.0 * s.draft_share);
+  return buf;
+}
+
+std::string VerifyCostMarkdownHeader() {
+  std::string head = "| model | threads | context | decode step ms |";
+  std::string rule = "|---|---|---|---|";
+  for (int32_t k = 1; k <= kVerifyCostMax; ++k) {
+    head += StrCat(" c(", k, ") |");
+    rule += "---|";
+  }
+  return head + "\n" + rule + "\n";
+}
+
+std::string VerifyCostMarkdownRow(const BenchResult& r) {
+  std::string row =
+      StrCat("| ", ModelName(r.model), " | ", r.threads, " | ", std::max(r.n_prompt, 1), " | ");
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f |", r.decode_step_ms);
+  row += buf;
+  for (double c : r.verify_cost) {
+    std::snprintf(buf, sizeof buf, " %.2f |", c);
+    row += buf;
+  }
+  return row + "\n";
+}
+
+std::vector<std::string> BenchJsonLines(const BenchResult& r) {
+  const std::string base = BenchJson(r);
+  if (r.verify_cost.empty() && r.spec.empty()) return {base};
+  // The base object without its closing brace, then the speculative fields.
+  const std::string head = base.substr(0, base.size() - 1);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, ", \"decode_step_ms\": %.4f", r.decode_step_ms);
+  const std::string cost = StrCat(", \"verify_cost\": ", JsonArray(r.verify_cost, "%.4f"), buf);
+  if (r.spec.empty()) return {StrCat(head, ", \"spec\": null", cost, "}")};
+  std::vector<std::string> lines;
+  for (const SpecBenchResult& s : r.spec) {
+    char more[1536];
+    std::snprintf(more, sizeof more,
+                  ", \"spec_auto\": %s, \"draft_max\": %d, \"acceptance_length\": %.4f, "
+                  "\"tokens_per_pass\": %.4f, \"draft_acceptance\": %.4f, \"draft_share\": %.4f, "
+                  "\"spec_tokens\": %d, \"verify_passes\": %d, \"plain_steps\": %d, "
+                  "\"drafted_tokens\": %d, \"accepted_draft_tokens\": %d, "
+                  "\"plain_decode_tokens_per_s\": %.3f, \"plain_decode_tokens_per_s_min\": %.3f, "
+                  "\"plain_decode_tokens_per_s_max\": %.3f, \"spec_decode_tokens_per_s\": %.3f, "
+                  "\"spec_decode_tokens_per_s_min\": %.3f, \"spec_decode_tokens_per_s_max\": %.3f, "
+                  "\"spec_speedup\": %.4f}",
+                  s.spec_auto ? "true" : "false", s.draft_max, s.acceptance_length,
+                  s.tokens_per_pass, s.draft_acceptance, s.draft_share, s.tokens, s.n_verify_passes,
+                  s.n_plain_steps, s.n_drafted, s.n_draft_accepted,
+                  s.plain_decode_tokens_per_s.median, s.plain_decode_tokens_per_s.min,
+                  s.plain_decode_tokens_per_s.max, s.spec_decode_tokens_per_s.median,
+                  s.spec_decode_tokens_per_s.min, s.spec_decode_tokens_per_s.max, s.spec_speedup);
+    lines.push_back(StrCat(head, ", \"spec\": ", JsonString(s.mode), cost, more));
+  }
+  return lines;
 }
 
 }  // namespace pocket

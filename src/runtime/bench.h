@@ -4,15 +4,22 @@
 // llm_bench: one warm-up, then r runs, medians with min and max.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "generate/constraint.h"
+#include "generate/drafter.h"
 #include "kernels/kernel_table.h"
 
 namespace pocket {
+
+class Model;
 
 struct BenchConfig {
   std::vector<std::string> models;
@@ -34,10 +41,84 @@ struct BenchConfig {
   // this constraint from the same prompt (greedy over the allowed tokens; a complete output
   // starts the constraint over, as in a JSONL stream), reported next to the free decode.
   ConstraintSpec constraint;
+  // Speculative decoding modes (ParseBenchSpec), each measured against plain decoding of the same
+  // prompt in the same run (greedy Generate, interleaved per repetition; the outputs must be
+  // identical, else the bench fails), up to draft_max tokens drafted per verification pass. The
+  // prompt is the bench's random one, or where its greedy continuation stops (a stop token)
+  // within n_gen tokens, the next random prompt whose continuation does not. Any mode also
+  // measures the verification cost curve.
+  std::vector<std::string> spec;
+  int32_t draft_max = 8;
+  // The verification cost curve c(k) without speculative modes.
+  bool verify_cost = false;
+};
+
+// A `pocket bench --spec` mode: [auto:]DRAFTER, DRAFTER one of
+//   lookup     prompt lookup (n-grams of 1 to 3 tokens, as `pocket run --spec lookup`)
+//   oracle:P   benchmark-only: the target's own greedy continuation, each drafted token kept with
+//              probability P in [0, 1] and otherwise replaced by another token
+// and the auto: prefix turns GenerateOptions::spec_auto on (speculate only where it pays).
+struct BenchSpec {
+  std::string mode;  // as given
+  bool spec_auto = false;
+  std::string drafter;  // "lookup", "oracle"
+  std::string arg;      // after "<drafter>:" (oracle: P)
+  double oracle_p = 1;  // oracle: the probability a drafted token is kept
+};
+StatusOr<BenchSpec> ParseBenchSpec(std::string_view mode);
+
+// What a bench drafter is made with: the target, the prompt of the speculative runs and the
+// target's greedy continuation of it (computed once per model by plain greedy decoding).
+struct BenchDrafterContext {
+  const Model* model = nullptr;
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> continuation;
+};
+StatusOr<std::unique_ptr<Drafter>> MakeBenchDrafter(const BenchSpec& spec,
+                                                    const BenchDrafterContext& context);
+
+// The oracle drafter: after a context that is the prompt followed by the first j tokens of the
+// continuation, it proposes continuation[j], continuation[j + 1], ... (up to the end), where the
+// token at index i is kept when Keeps(i) (a hash of i and the seed below p) and is otherwise
+// replaced by a different token. Deterministic: the same context, the same draft. A context off
+// the continuation (its last token differs) gets no draft. Allocates nothing.
+class OracleDrafter final : public Drafter {
+ public:
+  OracleDrafter(int32_t prompt_size, std::vector<int32_t> continuation, double p,
+                int32_t vocab_size, uint64_t seed = 0x6f7261636c65ull);
+  Status Draft(std::span<const int32_t> context, int32_t max_tokens,
+               std::vector<int32_t>* draft) override;
+  bool Keeps(size_t index) const;
+  // The token drafted at continuation index `index`.
+  int32_t Proposal(size_t index) const;
+
+ private:
+  uint64_t Hash(size_t index) const;
+  int32_t prompt_size_;
+  std::vector<int32_t> continuation_;
+  double p_;
+  int32_t vocab_size_;
+  uint64_t seed_;
 };
 
 struct Stat {
   double median = 0, min = 0, max = 0;
+};
+
+// One speculative mode of a bench result.
+struct SpecBenchResult {
+  std::string mode;
+  bool spec_auto = false;
+  int32_t draft_max = 0;
+  Stat plain_decode_tokens_per_s;  // Generate without a drafter, interleaved with the spec runs
+  Stat spec_decode_tokens_per_s;   // Generate with the drafter
+  double spec_speedup = 0;         // median spec / median plain
+  int32_t tokens = 0;              // tokens emitted per run (the same with and without)
+  int32_t n_verify_passes = 0, n_drafted = 0, n_draft_accepted = 0, n_plain_steps = 0;
+  double acceptance_length = 0;  // drafted tokens kept per verification pass
+  double tokens_per_pass = 0;    // tokens emitted per target pass (verification or plain step)
+  double draft_acceptance = 0;   // drafted tokens kept / drafted
+  double draft_share = 0;        // median draft_us / decode_us
 };
 
 struct BenchResult {
@@ -79,6 +160,12 @@ struct BenchResult {
   Stat mask_us_per_token;               // mask + accept time per decoded token
   double forced_token_fraction = 0;     // tokens that were the only continuation
   int32_t constrained_outputs = 0;      // complete outputs in the median run
+  // Verification cost curve (empty when not measured): verify_cost[k - 1] = median time of one
+  // forward of k tokens with logits for every row after the n_prompt-token prompt / median time
+  // of one decode step (one token) there, k = 1..16.
+  std::vector<double> verify_cost;
+  double decode_step_ms = 0;  // that decode step's median time
+  std::vector<SpecBenchResult> spec;
 };
 
 StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config);
@@ -91,6 +178,21 @@ std::string ConstrainedMarkdownRow(const BenchResult& r);
 // One JSON object. "measured" lists what was timed ("prefill", "decode", "constrained_decode");
 // the prefill fields are null when n_prompt is 0.
 std::string BenchJson(const BenchResult& r);
+// The speculative decoding tables (when modes or the verification cost were measured).
+std::string SpecMarkdownHeader();
+std::string SpecMarkdownRow(const BenchResult& r, const SpecBenchResult& s);
+std::string VerifyCostMarkdownHeader();
+std::string VerifyCostMarkdownRow(const BenchResult& r);
+// The JSON lines of a result: BenchJson's object, one per speculative mode when there are any,
+// each with "spec" (the mode), "spec_auto", "draft_max", "verify_cost" (c(1..16)),
+// "decode_step_ms", "acceptance_length" (drafted tokens kept per verification pass),
+// "tokens_per_pass" (tokens emitted per target pass), "draft_acceptance" (kept / drafted),
+// "draft_share" (drafter time / decode time), the counts "spec_tokens", "verify_passes",
+// "plain_steps", "drafted_tokens", "accepted_draft_tokens", "plain_decode_tokens_per_s" and
+// "spec_decode_tokens_per_s" (each with _min and _max) and "spec_speedup"; with the verification
+// cost alone, one object with "spec": null, "verify_cost" and "decode_step_ms". "measured" then
+// also lists "verify_cost" and "spec_decode".
+std::vector<std::string> BenchJsonLines(const BenchResult& r);
 // The thread count a requested count runs with: 0 -> the hardware threads (1 to 256).
 int32_t BenchThreads(int32_t requested);
 
