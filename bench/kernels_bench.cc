@@ -2,7 +2,8 @@
 //   build/bin/kernels_bench [--benchmark_filter=...] [--benchmark_format=json]
 // PackedGemm/<table>/<bits>/<group>/<tokens>: a [2560 x 896] packed matrix (an FFN's gate+up
 // shape) times <tokens> quantized rows; counters: GMAC/s and weight GB/s. Attention/<table>/
-// <positions>/<tokens>: 7 query heads over one f16 KV head of 64.
+// <positions>/<tokens>: 7 query heads over one f16 KV head of 64. PackedGemmStream/<table>/u4/g64/
+// <tokens>: the same shape streamed from memory (verification of a draft).
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -61,6 +62,32 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* k, PackedCodes co
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The verification shape: n tokens (1: a decode step; 2-16: a draft being verified) times
+// matrices streamed from memory, as in a forward pass (512 distinct matrices, 690 MB at u4 g64,
+// larger than the last-level cache). The ratio of n tokens' time to 1 token's is the cost a
+// verification pass adds per matrix.
+void BM_PackedGemmStream(benchmark::State& state, const KernelTable* k, int64_t n_tokens) {
+  const int64_t rows = 2560, cols = 896;
+  constexpr int kMatrices = 512;
+  std::vector<Packed> ws;
+  ws.reserve(kMatrices);
+  for (int i = 0; i < kMatrices; ++i) ws.push_back(MakePacked(PackedCodes::kU4, 64, rows, cols));
+  std::vector<int8_t> q(static_cast<size_t>(n_tokens * cols), 3);
+  std::vector<float> scale(static_cast<size_t>(n_tokens * cols / 64), 0.01f),
+      sum(scale.size(), 5.0f);
+  QuantizedRows a{q.data(), scale.data(), sum.data(), n_tokens, cols, 64};
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+  size_t i = 0;
+  for (auto _ : state) {
+    const Packed& w = ws[i++ % kMatrices];
+    k->packed_gemm(w.m, a, 0, w.m.layout.n_panels(), {y.data(), rows, Epilogue::kStore});
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(ws[0].m.layout.total_bytes()) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_PrefillGemm(benchmark::State& state, const KernelTable* k, int32_t block,
                     int64_t n_tokens) {
   const int64_t rows = 2560, cols = 896;
@@ -111,6 +138,11 @@ void Register() {
               ->Unit(benchmark::kMicrosecond);
         }
       }
+    }
+    for (int64_t n : {1, 2, 4, 5, 8, 9, 12, 16}) {
+      const std::string name = "PackedGemmStream/" + t + "/u4/g64/" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PackedGemmStream, k, n)
+          ->Unit(benchmark::kMicrosecond);
     }
     if (k->prefill_gemm != nullptr) {
       for (int32_t block : {128, 448, 896}) {

@@ -87,7 +87,9 @@ TEST_P(KernelsTest, PackedGemmIsBitExact) {
   const KernelTable& k = *GetParam();
   for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {
     for (int32_t group : {32, 64, 128}) {
-      for (int64_t n_tokens : {1, 3, 16, 37}) {
+      // Every pass size of the few-token path (1 to 12 tokens, and splits up to 15), the 16-token
+      // blocks, and blocks with a rest.
+      for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16, 37}) {
         for (bool explicit_min : {true, false}) {
           const int64_t rows = 80, cols = 512;
           RandomPacked w(codes, group, rows, cols, 5 + group, explicit_min);

@@ -103,17 +103,31 @@ inline void GroupDots(const uint8_t* block, bool u4, int32_t group, const int8_t
   for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_setzero_si512();
   if (u4) {
     const int32_t half = group / 8;  // vectors per group; each holds quads i and i + half
-    // Two accumulator chains per token (low and high nibbles) hide the dot product's latency.
-    __m512i iacc2[kTokens];
-    for (int t = 0; t < kTokens; ++t) iacc2[t] = _mm512_setzero_si512();
-    for (int32_t i = 0; i < half; ++i) {
-      const __m512i v = _mm512_loadu_si512(block + 64 * i);
-      const __m512i lo = _mm512_and_si512(v, nib);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-      for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], lo, aq[t] + 4 * i);
-      for (int t = 0; t < kTokens; ++t) iacc2[t] = DotBcast(iacc2[t], hi, aq[t] + 4 * (i + half));
+    if constexpr (kTokens >= 6) {
+      // Enough tokens to hide the dot product's latency with one chain each: the registers go
+      // to more tokens per pass (integer sums: the order does not change the result).
+      for (int32_t i = 0; i < half; ++i) {
+        const __m512i v = _mm512_loadu_si512(block + 64 * i);
+        const __m512i lo = _mm512_and_si512(v, nib);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], lo, aq[t] + 4 * i);
+        for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], hi, aq[t] + 4 * (i + half));
+      }
+    } else {
+      // Two accumulator chains per token (low and high nibbles) hide the dot product's latency.
+      __m512i iacc2[kTokens];
+      for (int t = 0; t < kTokens; ++t) iacc2[t] = _mm512_setzero_si512();
+      for (int32_t i = 0; i < half; ++i) {
+        const __m512i v = _mm512_loadu_si512(block + 64 * i);
+        const __m512i lo = _mm512_and_si512(v, nib);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int t = 0; t < kTokens; ++t) iacc[t] = DotBcast(iacc[t], lo, aq[t] + 4 * i);
+        for (int t = 0; t < kTokens; ++t) {
+          iacc2[t] = DotBcast(iacc2[t], hi, aq[t] + 4 * (i + half));
+        }
+      }
+      for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_add_epi32(iacc[t], iacc2[t]);
     }
-    for (int t = 0; t < kTokens; ++t) iacc[t] = _mm512_add_epi32(iacc[t], iacc2[t]);
   } else {
     const int32_t quads = group / 4;
     for (int32_t i = 0; i < quads; ++i) {
@@ -122,6 +136,9 @@ inline void GroupDots(const uint8_t* block, bool u4, int32_t group, const int8_t
     }
   }
 }
+
+// How far ahead the many-token path prefetches weights.
+constexpr size_t kGemmPrefetchBytes = 4096;
 
 struct PanelGeometry {
   bool u4;
@@ -158,6 +175,11 @@ inline void PanelTokens(const PanelGeometry& geo, const uint8_t* panel, const Qu
   }
   for (int64_t g = 0; g < geo.n_groups; ++g) {
     const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    // The weights stream from memory on the chunk's first pass: prefetch ahead as the decode
+    // path does (a verification pass of a few tokens is otherwise slower per byte than decode).
+    for (size_t off = 0; off < geo.group_bytes; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(block + kGemmPrefetchBytes + off), _MM_HINT_T0);
+    }
     __m512i iacc[kTokens];
     const int8_t* aqg[kTokens];
     for (int t = 0; t < kTokens; ++t) aqg[t] = aq[t] + g * geo.group;
@@ -441,10 +463,53 @@ void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_beg
       std::max<int64_t>(2, static_cast<int64_t>(kGemmChunkBytes / geo.panel_bytes) & ~int64_t{1});
   for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
     const int64_t c1 = std::min(panel_end, c0 + chunk);
-    int64_t t = t_begin;
-    for (; t + 8 <= a.n_tokens; t += 8) PanelRange<8>(w, geo, a, t, c0, c1, out);
-    for (; t + 4 <= a.n_tokens; t += 4) PanelRange<4>(w, geo, a, t, c0, c1, out);
-    for (; t < a.n_tokens; ++t) PanelRange<1>(w, geo, a, t, c0, c1, out);
+    // Passes of at most 12 tokens, as even as possible (13 = 7 + 6, not 12 + 1: a pass of one or
+    // two tokens has too few dot-product chains to hide their latency, and every pass unpacks
+    // the weights again).
+    for (int64_t t = t_begin; t < a.n_tokens;) {
+      const int64_t left = a.n_tokens - t;
+      const int64_t passes = (left + 11) / 12;
+      const int64_t take = (left + passes - 1) / passes;
+      switch (take) {
+        case 12:
+          PanelRange<12>(w, geo, a, t, c0, c1, out);
+          break;
+        case 11:
+          PanelRange<11>(w, geo, a, t, c0, c1, out);
+          break;
+        case 10:
+          PanelRange<10>(w, geo, a, t, c0, c1, out);
+          break;
+        case 9:
+          PanelRange<9>(w, geo, a, t, c0, c1, out);
+          break;
+        case 8:
+          PanelRange<8>(w, geo, a, t, c0, c1, out);
+          break;
+        case 7:
+          PanelRange<7>(w, geo, a, t, c0, c1, out);
+          break;
+        case 6:
+          PanelRange<6>(w, geo, a, t, c0, c1, out);
+          break;
+        case 5:
+          PanelRange<5>(w, geo, a, t, c0, c1, out);
+          break;
+        case 4:
+          PanelRange<4>(w, geo, a, t, c0, c1, out);
+          break;
+        case 3:
+          PanelRange<3>(w, geo, a, t, c0, c1, out);
+          break;
+        case 2:
+          PanelRange<2>(w, geo, a, t, c0, c1, out);
+          break;
+        default:
+          PanelRange<1>(w, geo, a, t, c0, c1, out);
+          break;
+      }
+      t += take;
+    }
   }
 }
 
