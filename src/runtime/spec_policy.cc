@@ -15,6 +15,9 @@ constexpr double kPriorSlope = 0.1;
 constexpr double kMinGain = 1.03;
 // Shadow drafts may cost at most this share of the plain decode time.
 constexpr double kShadowShare = 0.02;
+// Acceptance observations (drafted tokens checked, by verification or against plain decoding)
+// before the first verification: at 0% acceptance no pass is wasted on finding that out.
+constexpr double kMinObservations = 4;
 }  // namespace
 
 SpecPolicy::SpecPolicy(int32_t draft_max, int32_t draft_min, bool adaptive)
@@ -35,7 +38,7 @@ int32_t SpecPolicy::DraftLength() const {
   if (!adaptive_) return draft_max_;
   // The plain step is the unit everything is measured in: time two of them first (the first
   // after the prompt runs on cold caches).
-  if (n_plain_ < 2) return 0;
+  if (n_plain_ < 2 || observations_ < kMinObservations) return 0;
   int32_t best_k = 0;
   double best = kMinGain;
   for (int32_t k = draft_min_; k <= draft_max_; ++k) {
@@ -50,7 +53,8 @@ int32_t SpecPolicy::DraftLength() const {
 
 bool SpecPolicy::ShadowDraft() const {
   if (!adaptive_) return false;
-  if (n_drafts_ == 0 || plain_us_ <= 0) return true;
+  // The first observations at any cost: without them the policy cannot decide.
+  if (n_drafts_ == 0 || plain_us_ <= 0 || observations_ < kMinObservations) return true;
   const double every = draft_us_ / (kShadowShare * plain_us_);
   return static_cast<double>(since_shadow_ + 1) >= every;
 }
@@ -58,6 +62,7 @@ bool SpecPolicy::ShadowDraft() const {
 void SpecPolicy::Observe(double successes, double failures) {
   // The past fades per token observed (a pass of 8 accepted tokens is 8 observations), so the
   // estimate follows the last 20 or so tokens however they were grouped into passes.
+  observations_ += successes + failures;
   const double fade = std::pow(kDecay, successes + failures);
   successes_ = successes_ * fade + successes;
   failures_ = failures_ * fade + failures;

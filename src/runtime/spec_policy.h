@@ -52,7 +52,8 @@ class SpecPolicy {
   int32_t draft_min_;
   bool adaptive_;
   // Exponentially weighted sums (decay per observation).
-  double successes_ = 1.0, failures_ = 1.0;  // a weak prior of a = 0.5
+  double successes_ = 0.5, failures_ = 0.5;  // a weak prior of a = 0.5
+  double observations_ = 0;                  // acceptance observations so far
   double accept_ = 0.5;
   double plain_us_ = 0;  // 0: not measured yet
   double slope_ = -1;    // c(k) = 1 + slope * k; < 0: not measured yet

@@ -28,6 +28,7 @@ TEST(SpecPolicy, HighAcceptanceDraftsLongLowAcceptanceNot) {
   SpecPolicy p(8, 1, true);
   p.OnPlainStep(100.0);
   p.OnPlainStep(100.0);
+  EXPECT_EQ(p.DraftLength(), 0);  // no acceptance observed yet
   // Every draft right, verification cheap (c(8) = 1.4): the longest draft.
   for (int i = 0; i < 30; ++i) {
     p.OnDraft(8, 1.0);
@@ -65,6 +66,8 @@ TEST(SpecPolicy, ACostlyDrafterIsShadowedRarely) {
   p.OnPlainStep(100.0);
   p.OnPlainStep(100.0);
   p.OnDraft(8, 50.0);  // half a decode step per draft: at most 2% of the time -> every 25 steps
+  EXPECT_TRUE(p.ShadowDraft());  // until a few tokens were checked, at any cost
+  p.OnShadow(8, 3);
   EXPECT_FALSE(p.ShadowDraft());
   for (int i = 0; i < 23; ++i) p.OnPlainStep(100.0);
   EXPECT_FALSE(p.ShadowDraft());
