@@ -82,13 +82,21 @@ Command AddConvertCommand(CLI::App& root) {
                   "(pocket score --head)");
   app->add_option("--classifier-labels", f->labels,
                   "comma-separated names of the head's rows, in order (with --classifier-head)");
+  app->add_option("--drafter", f->options.drafter_dir,
+                  "a DFlash block drafter to store in the package (its Hugging Face directory: "
+                  "config.json + safetensors), checked against the model: one file deploys both "
+                  "(pocket run --spec dflash)");
+  app->add_option("--drafter-weights,--drafter-type", f->options.drafter_weights,
+                  "encoding of the drafter's matrices: int8, int4 or f32 (as stored)")
+      ->capture_default_str();
   app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)")
       ->capture_default_str();
   SetExamples(app,
               {"pocket convert model.gguf -o model.pocket",
                "pocket convert stories260K.bin --tokenizer tok512.bin -o stories.pocket "
                "--weights int8",
-               "pocket convert ./Qwen3-0.6B -o qwen3.pocket --group 128 --output-weights int8"});
+               "pocket convert ./Qwen3-4B -o qwen3-4b.pocket --group 128 --output-weights int8 "
+               "--drafter ./Qwen3-4B-DFlash-b16"});
   return {app, [=]() -> int {
             if (!f->labels.empty()) f->options.classifier_labels = SplitString(f->labels, ',');
             if (Status s = CheckConvertOptions(f->options); !s.ok()) {

@@ -46,7 +46,9 @@ Command AddDrafterLogitsCommand(CLI::App& root) {
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "the target model")->required();
-  app->add_option("--drafter", f->drafter, "the drafter's directory (config.json + safetensors)")
+  app->add_option("--drafter", f->drafter,
+                  "the drafter's directory (config.json + safetensors), or \"package\": the one "
+                  "the model's .pocket package stores (its weights as stored)")
       ->required();
   f->engine.Register(app);
   app->add_option("--ids", f->ids, "comma-separated token ids")->required();
@@ -82,12 +84,17 @@ Command AddDrafterLogitsCommand(CLI::App& root) {
         }
         auto engine = f->engine.Session();
         if (!engine.ok()) return ReportUsageError(engine.status().message());
-        const std::vector<std::string> inputs = {f->model, f->drafter + "/config.json",
-                                                 f->drafter + "/model.safetensors"};
+        const bool packaged = f->drafter == "package";
+        std::vector<std::string> inputs = {f->model};
+        if (!packaged) {
+          inputs.push_back(f->drafter + "/config.json");
+          inputs.push_back(f->drafter + "/model.safetensors");
+        }
         if (Status s = CheckNotAnInput(f->out, inputs); !s.ok()) return ReportError(s);
         auto model = LoadModel(f->model, f->engine);
         if (!model.ok()) return ReportError(model.status());
-        auto drafter = DFlashDrafter::Load(f->drafter, *model, load);
+        auto drafter = packaged ? DFlashDrafter::LoadFromModel(*model)
+                                : DFlashDrafter::Load(f->drafter, *model, load);
         if (!drafter.ok()) return ReportError(drafter.status());
         const ModelConfig& c = (*model)->config();
         for (size_t i = 0; i < ids->size(); ++i) {

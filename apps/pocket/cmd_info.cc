@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "format/pocket_file.h"
+#include "model/dflash.h"
 #include "tokenizer/chat_template.h"
 
 namespace pocket::cli {
@@ -14,6 +15,7 @@ namespace {
 std::string TensorGroup(const TensorInfo& t, bool tied) {
   const std::string& n = t.name;
   auto has = [&n](const char* s) { return n.find(s) != std::string::npos; };
+  if (n.starts_with(kPocketDrafterTensorPrefix)) return "drafter";
   if (t.shape.size() == 1) return "norms+biases";
   if (has("token_embd") || has("embed_tokens") || n == "tok_embeddings.weight") {
     return tied ? "embedding=output" : "embedding";
@@ -65,6 +67,22 @@ Command AddInfoCommand(CLI::App& root) {
           total_bytes += t.n_bytes;
           total_elements += t.n_elements();
         }
+        // The block drafter a package carries: shown, or the error that loading it gives.
+        std::shared_ptr<const DFlashDrafter> drafter;
+        std::string drafter_error;
+        if (HasPackagedDrafter(m)) {
+          auto d = DFlashDrafter::LoadFromModel(*model);
+          if (d.ok()) {
+            drafter = *d;
+          } else {
+            drafter_error = d.status().message();
+          }
+        }
+        std::string drafter_layers;
+        if (drafter) {
+          for (int32_t id : drafter->target_layer_ids())
+            drafter_layers += StrCat(drafter_layers.empty() ? "" : ",", id);
+        }
         std::string tmpl_family = "none";
         if (m.tokenizer() && !m.tokenizer()->spec().chat_template.empty()) {
           auto tmpl = ChatTemplate::Detect(m.tokenizer()->spec().chat_template);
@@ -111,6 +129,17 @@ Command AddInfoCommand(CLI::App& root) {
           j["tokenizer_vocab"] = m.tokenizer() ? m.tokenizer()->vocab_size() : 0;
           j["chat_template"] = tmpl_family;
           j["classifier_labels"] = m.classifier().labels;
+          if (drafter) {
+            j["drafter"] = {{"type", "dflash"},
+                            {"n_layers", drafter->config().layers.n_layers},
+                            {"block_size", drafter->block_size()},
+                            {"mask_token_id", drafter->mask_token_id()},
+                            {"target_layer_ids", drafter->config().target_layer_ids},
+                            {"weights", std::string(DFlashWeightsName(drafter->weights_kind()))},
+                            {"weight_bytes", drafter->weight_bytes()}};
+          } else if (!drafter_error.empty()) {
+            j["drafter"] = {{"error", drafter_error}};
+          }
           if (*tensors) {
             for (const TensorInfo& t : m.source().tensors()) {
               j["tensors"].push_back({{"name", t.name},
@@ -165,6 +194,17 @@ Command AddInfoCommand(CLI::App& root) {
             labels += (labels.empty() ? "" : ", ") + l;
           std::printf("classifier:   %d labels (%s): pocket score --head\n",
                       m.classifier().n_labels(), labels.c_str());
+        }
+        if (drafter) {
+          std::printf(
+              "drafter:      DFlash block drafter: %d layers, block %d, mask token %d, target "
+              "layers %s, %s, %s of matrices: pocket run --spec dflash\n",
+              drafter->config().layers.n_layers, drafter->block_size(), drafter->mask_token_id(),
+              drafter_layers.c_str(),
+              std::string(DFlashWeightsName(drafter->weights_kind())).c_str(),
+              HumanBytes(drafter->weight_bytes()).c_str());
+        } else if (!drafter_error.empty()) {
+          std::printf("drafter:      unusable: %s\n", drafter_error.c_str());
         }
         if (*tensors) {
           for (const TensorInfo& t : m.source().tensors()) {

@@ -112,8 +112,7 @@ Command AddMakeModelCommand(CLI::App& root) {
   app->add_option("-o,--output", f->out,
                   "output .gguf file or directory (never the --tokenizer file)")
       ->required();
-  SetExamples(app, {"pocket make-model --preset tiny -o tiny.gguf",
-                    "pocket make-model --preset pocket-0.3b --type q4_0 --tokenizer tokenizer.json "
+  SetExamples(app, {"pocket make-model --preset pocket-0.3b --type q4_0 --tokenizer tokenizer.json "
                     "-o pocket-0.3b-q4_0.gguf",
                     "pocket make-model --preset tiny --arch llama --type bf16 -o tiny-hf/",
                     "pocket make-model --preset dflash-drafter --target tiny.gguf -o drafter/"});

@@ -16,6 +16,7 @@
 #include "format/npy_file.h"
 #include "format/pocket_file.h"
 #include "format/safetensors.h"
+#include "model/dflash.h"
 #include "model/model.h"
 #include "quant/group_quantize.h"
 #include "quant/packed.h"
@@ -355,8 +356,72 @@ StatusOr<ClassifierHead> HeadToWrite(const Model& model, const ConvertOptions& o
   return head;
 }
 
+// The drafter to store: the one given by the options (loaded and quantized as the runtime loads
+// it, so its checks against the model are Load's), else the input package's own (or none).
+StatusOr<std::shared_ptr<const DFlashDrafter>> DrafterToWrite(std::shared_ptr<const Model> model,
+                                                              const ConvertOptions& o) {
+  if (o.drafter_dir.empty()) {
+    if (!HasPackagedDrafter(*model)) return std::shared_ptr<const DFlashDrafter>();
+    return DFlashDrafter::LoadFromModel(std::move(model));
+  }
+  DFlashLoadOptions load;
+  ParseDFlashWeights(o.drafter_weights, &load.weights);  // checked by CheckConvertOptions
+  auto drafter = DFlashDrafter::Load(o.drafter_dir, std::move(model), load);
+  if (!drafter.ok()) return drafter.status().WithContext("--drafter");
+  return drafter;
+}
+
+// Adds the drafter's tensors, bytes as the drafter holds them (packed, or dense as stored; the
+// norms f32), and returns its report row.
+StatusOr<ConvertGroupReport> AddDrafter(PocketWriter& w, const DFlashDrafter& drafter) {
+  ConvertGroupReport report;
+  report.group = "drafter";
+  auto add_encoding = [&report](const std::string& e) {
+    const std::vector<std::string> have = SplitString(report.encoding, '+');
+    if (report.encoding.empty()) {
+      report.encoding = e;
+    } else if (std::find(have.begin(), have.end(), e) == have.end()) {
+      report.encoding += "+" + e;
+    }
+  };
+  for (const DFlashDrafter::PackageTensor& t : drafter.PackageTensors()) {
+    if (t.vector != nullptr) {
+      const float* v = t.vector;
+      const int64_t n = t.n;
+      report.n_weights += n;
+      report.bytes += static_cast<uint64_t>(n) * sizeof(float);
+      POCKET_RETURN_IF_ERROR(
+          w.AddDenseTensor(t.name, DType::kF32, {n}, [v, n](uint8_t* out, size_t) {
+            std::memcpy(out, v, static_cast<size_t>(n) * sizeof(float));
+            return Status::Ok();
+          }));
+      continue;
+    }
+    const Linear& m = *t.matrix;
+    report.n_weights += m.rows() * m.cols();
+    report.bytes += m.bytes();
+    if (m.packed) {
+      const PackedMatrix p = m.p;
+      add_encoding(p.layout.codes == PackedCodes::kU4 ? "int4" : "int8");
+      POCKET_RETURN_IF_ERROR(w.AddPackedTensor(t.name, p.layout, [p](uint8_t* out, size_t n_bytes) {
+        std::memcpy(out, p.data, n_bytes);
+        return Status::Ok();
+      }));
+    } else {
+      const WeightMatrix d = m.w;
+      add_encoding(std::string(DTypeName(d.type)));
+      POCKET_RETURN_IF_ERROR(
+          w.AddDenseTensor(t.name, d.type, {d.rows, d.cols}, [d](uint8_t* out, size_t n_bytes) {
+            std::memcpy(out, d.data, n_bytes);  // rows are contiguous: row_bytes apart
+            return Status::Ok();
+          }));
+    }
+  }
+  return report;
+}
+
 std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input,
-                         const ClassifierHead& head) {
+                         const ClassifierHead& head, const DFlashDrafter* drafter) {
   const ModelConfig& c = model.config();
   nlohmann::json j;
   j["format"] = "pocket";
@@ -390,6 +455,10 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
                        {"output", o.output.empty() ? o.weights : o.output}};
   j["source"] = {{"path", input}, {"format", std::string(SourceKindName(model.source().kind()))}};
   if (head.present()) j[kPocketClassifierLabelsKey] = head.labels;
+  if (drafter != nullptr) {
+    j[kPocketDrafterKey] = nlohmann::json::parse(drafter->PackageConfigJson());
+    if (!o.drafter_dir.empty()) j[kPocketDrafterKey]["source"] = o.drafter_dir;
+  }
   return j.dump(2);
 }
 
@@ -405,6 +474,10 @@ Status CheckConvertOptions(const ConvertOptions& options) {
   }
   if (options.group != 32 && options.group != 64 && options.group != 128) {
     return InvalidArgumentError("--group must be 32, 64 or 128, got ", options.group);
+  }
+  if (DFlashWeights w; !ParseDFlashWeights(options.drafter_weights, &w)) {
+    return InvalidArgumentError("--drafter-weights ", QuoteBytes(options.drafter_weights),
+                                " (expected int8, int4 or f32)");
   }
   if (options.n_threads < 0) {
     return InvalidArgumentError("--threads must be 0 (one per hardware thread) or more, got ",
@@ -428,6 +501,12 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   std::vector<std::string> inputs = {input};
   if (!options.tokenizer_path.empty()) inputs.push_back(options.tokenizer_path);
   if (!options.classifier_head_path.empty()) inputs.push_back(options.classifier_head_path);
+  if (!options.drafter_dir.empty()) {
+    inputs.push_back(options.drafter_dir);
+    for (const char* file : {"config.json", "model.safetensors", "model.safetensors.index.json"}) {
+      inputs.push_back(options.drafter_dir + "/" + file);
+    }
+  }
   POCKET_RETURN_IF_ERROR(CheckNotAnInput(output, inputs));
   POCKET_ASSIGN_OR_RETURN(Encoding body, ParseEncoding(options.weights, "--weights"));
   POCKET_ASSIGN_OR_RETURN(
@@ -453,10 +532,12 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
           : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
   // Checked before anything is written: a bad head leaves no output.
   POCKET_ASSIGN_OR_RETURN(const ClassifierHead head, HeadToWrite(*model, options));
+  POCKET_ASSIGN_OR_RETURN(const std::shared_ptr<const DFlashDrafter> drafter,
+                          DrafterToWrite(model, options));
   ThreadPool pool(n_threads);
   Converter conv(options, pool);
   PocketWriter writer;
-  writer.SetMetadataJson(MetadataJson(*model, options, input, head));
+  writer.SetMetadataJson(MetadataJson(*model, options, input, head, drafter.get()));
   if (const Tokenizer* tok = model->tokenizer()) {
     POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizer(*tok));
     writer.AddSection("tokenizer", std::move(bytes));
@@ -529,6 +610,10 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
                                                    return Status::Ok();
                                                  }));
   }
+  ConvertGroupReport drafter_report;
+  if (drafter) {
+    POCKET_ASSIGN_OR_RETURN(drafter_report, AddDrafter(writer, *drafter));
+  }
   if (options.progress) {
     writer.set_progress([&options](size_t done, size_t total, const std::string& tensor) {
       options.progress(static_cast<int64_t>(done), static_cast<int64_t>(total), tensor);
@@ -540,13 +625,16 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   report.fallbacks = conv.TakeFallbacks();
   int64_t norm_weights = 0;
   for (const TensorInfo& t : model->source().tensors()) {
-    if (t.shape.size() == 1) norm_weights += t.n_elements();
+    if (t.shape.size() == 1 && !t.name.starts_with(kPocketDrafterTensorPrefix)) {
+      norm_weights += t.n_elements();
+    }
   }
   report.groups.push_back({"norms", norm_weights, static_cast<uint64_t>(norm_weights) * 4, "f32"});
   if (head.present()) {
     const int64_t n = static_cast<int64_t>(head.weight.size());
     report.groups.push_back({"classifier", n, static_cast<uint64_t>(n) * 4, "f32"});
   }
+  if (drafter) report.groups.push_back(drafter_report);
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> written, MappedFile::Open(output));
   report.file_bytes = written->size();
   report.seconds = watch.elapsed_s();

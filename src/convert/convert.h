@@ -29,6 +29,12 @@ struct ConvertOptions {
   // head the input carries is kept.
   std::string classifier_head_path;
   std::vector<std::string> classifier_labels;
+  // A DFlash block drafter to store in the package (model/dflash.h; docs/format.md, "Block
+  // drafter"): its Hugging Face directory, checked against the model being converted before
+  // anything is written, and the form of its matrices: "int8" (default), "int4" or "f32" (as the
+  // directory stores them). Without one, a drafter the input package carries is kept as it is.
+  std::string drafter_dir;
+  std::string drafter_weights = "int8";
   int32_t n_threads = 0;  // 0: one per hardware thread
   // Called after each tensor is written: `done` of `total` tensors, the last one's name.
   std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;
@@ -38,7 +44,8 @@ struct ConvertOptions {
 };
 
 struct ConvertGroupReport {
-  std::string group;  // "embedding", "output", "attention", "ffn", "norms", "classifier"
+  // "embedding", "output", "attention", "ffn", "norms", "classifier", "drafter"
+  std::string group;
   int64_t n_weights = 0;
   uint64_t bytes = 0;
   std::string encoding;

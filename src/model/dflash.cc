@@ -30,6 +30,15 @@ constexpr int32_t kContextChunk = 64;
 
 // ----------------------------------------------------------------------------- config
 
+// A float in JSON: 9 significant digits, so that a float reads back exactly.
+std::string FormatFloat(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
 class ConfigReader {
  public:
   ConfigReader(const std::map<std::string, ConfigValue>& values, std::string where)
@@ -82,9 +91,11 @@ class ConfigReader {
   std::string where_;
 };
 
-StatusOr<DFlashConfig> ParseConfig(const HfDirectory& hf, const ModelConfig& target) {
-  const std::string name = hf.dir() + "/config.json";
-  const ConfigReader r(hf.config(), name);
+// The drafter's configuration from config.json's fields (`values`; a package's meta "drafter"
+// object holds the same fields), checked against the target; `name` leads every error.
+StatusOr<DFlashConfig> ParseConfig(const std::map<std::string, ConfigValue>& values,
+                                   const std::string& name, const ModelConfig& target) {
+  const ConfigReader r(values, name);
   DFlashConfig out;
   const ConfigValue* arch = r.Find("architectures");
   if (arch == nullptr) {
@@ -319,6 +330,62 @@ class Binder {
   std::unordered_map<std::string, const TensorInfo*> by_name_;
 };
 
+// Binds the tensors of a drafter stored in a .pocket package ("drafter." + the released name) as
+// views into the mapping: matrices packed or dense (f32, f16, bf16) as written, vectors f32.
+class PackageBinder {
+ public:
+  explicit PackageBinder(const ModelSource& source) : source_(source) {}
+
+  StatusOr<const TensorInfo*> Find(const std::string& name) const {
+    const std::string full = kPocketDrafterTensorPrefix + name;
+    const TensorInfo* t = source_.FindTensor(full);
+    if (t == nullptr) {
+      return NotFoundError(source_.path(), ": the block drafter's tensor ", full, " is missing");
+    }
+    return t;
+  }
+
+  Status Vector(const std::string& name, int64_t n, const float** out) const {
+    POCKET_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+    if (t->packed || t->type != DType::kF32 || t->shape != std::vector<int64_t>{n} ||
+        reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
+      return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected f32 ",
+                                  ShapeString({n}), ", file has ", t->type_name, " ",
+                                  ShapeString(t->shape));
+    }
+    *out = reinterpret_cast<const float*>(t->data);
+    return Status::Ok();
+  }
+
+  Status Matrix(const std::string& name, int64_t rows, int64_t cols, Linear* out) const {
+    POCKET_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name));
+    if (t->packed) {
+      if (t->layout.rows != rows || t->layout.cols != cols) {
+        return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
+                                    ShapeString({rows, cols}), ", file has ",
+                                    ShapeString({t->layout.rows, t->layout.cols}));
+      }
+      out->packed = true;
+      out->p = PackedMatrix{t->layout, t->data};
+      return Status::Ok();
+    }
+    if (t->type != DType::kF32 && t->type != DType::kF16 && t->type != DType::kBF16) {
+      return UnimplementedError(source_.path(), ": tensor ", t->name, " has type ", t->type_name,
+                                " (a block drafter's dense matrices are f32, f16 or bf16)");
+    }
+    if (t->shape != std::vector<int64_t>{rows, cols}) {
+      return InvalidArgumentError(source_.path(), ": tensor ", t->name, ": expected ",
+                                  ShapeString({rows, cols}), ", file has ", ShapeString(t->shape));
+    }
+    out->packed = false;
+    out->w = WeightMatrix{t->type, rows, cols, t->data, RowBytes(t->type, cols)};
+    return Status::Ok();
+  }
+
+ private:
+  const ModelSource& source_;
+};
+
 size_t LinearBytes(const Linear& l) {
   return l.present() ? l.bytes() : 0;
 }
@@ -407,6 +474,44 @@ bool ParseDFlashWeights(std::string_view name, DFlashWeights* out) {
   return false;
 }
 
+template <typename Self, typename MatrixFn, typename VectorFn>
+Status DFlashDrafter::VisitTensors(Self& self, MatrixFn&& matrix, VectorFn&& vector) {
+  const ModelConfig& c = self.config_.layers;
+  const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff, hd = c.head_dim;
+  const int64_t features =
+      static_cast<int64_t>(self.config_.target_layer_ids.size()) * self.config_.target_d_model;
+  POCKET_RETURN_IF_ERROR(matrix(std::string("fc.weight"), d, features, self.fc_));
+  POCKET_RETURN_IF_ERROR(vector(std::string("hidden_norm.weight"), d, self.hidden_norm_));
+  POCKET_RETURN_IF_ERROR(vector(std::string("norm.weight"), d, self.norm_));
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    auto& l = self.layers_[static_cast<size_t>(i)];
+    auto name = [i](const char* suffix) { return StrCat("layers.", i, ".", suffix); };
+    POCKET_RETURN_IF_ERROR(vector(name("input_layernorm.weight"), d, l.attn_norm));
+    POCKET_RETURN_IF_ERROR(vector(name("post_attention_layernorm.weight"), d, l.ffn_norm));
+    POCKET_RETURN_IF_ERROR(matrix(name("self_attn.q_proj.weight"), q, d, l.wq));
+    POCKET_RETURN_IF_ERROR(matrix(name("self_attn.k_proj.weight"), kv, d, l.wk));
+    POCKET_RETURN_IF_ERROR(matrix(name("self_attn.v_proj.weight"), kv, d, l.wv));
+    POCKET_RETURN_IF_ERROR(matrix(name("self_attn.o_proj.weight"), d, q, l.wo));
+    POCKET_RETURN_IF_ERROR(vector(name("self_attn.q_norm.weight"), hd, l.q_norm));
+    POCKET_RETURN_IF_ERROR(vector(name("self_attn.k_norm.weight"), hd, l.k_norm));
+    POCKET_RETURN_IF_ERROR(matrix(name("mlp.gate_proj.weight"), ff, d, l.w_gate));
+    POCKET_RETURN_IF_ERROR(matrix(name("mlp.up_proj.weight"), ff, d, l.w_up));
+    POCKET_RETURN_IF_ERROR(matrix(name("mlp.down_proj.weight"), d, ff, l.w_down));
+  }
+  return Status::Ok();
+}
+
+void DFlashDrafter::InitRope() {
+  const ModelConfig& c = config_.layers;
+  const int32_t half = c.head_dim / 2;
+  rope_inv_freq_.resize(static_cast<size_t>(half));
+  for (int32_t i = 0; i < half; ++i) {
+    rope_inv_freq_[static_cast<size_t>(i)] =
+        std::pow(static_cast<double>(c.rope_base),
+                 -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+  }
+}
+
 StatusOr<std::shared_ptr<const DFlashDrafter>> DFlashDrafter::Load(
     const std::string& dir, std::shared_ptr<const Model> target, const DFlashLoadOptions& options) {
   if (!target) return InvalidArgumentError("a block drafter needs its target model");
@@ -415,39 +520,102 @@ StatusOr<std::shared_ptr<const DFlashDrafter>> DFlashDrafter::Load(
   m->weights_kind_ = options.weights;
   POCKET_ASSIGN_OR_RETURN(m->hf_, HfDirectory::Open(dir));
   const ModelConfig& tc = m->target_->config();
-  POCKET_ASSIGN_OR_RETURN(m->config_, ParseConfig(*m->hf_, tc));
-  const ModelConfig& c = m->config_.layers;
-  const int64_t d = c.d_model, q = c.q_dim(), kv = c.kv_dim(), ff = c.d_ff, hd = c.head_dim;
-  const int64_t features =
-      static_cast<int64_t>(m->config_.target_layer_ids.size()) * m->config_.target_d_model;
+  POCKET_ASSIGN_OR_RETURN(m->config_,
+                          ParseConfig(m->hf_->config(), m->hf_->dir() + "/config.json", tc));
+  m->layers_.resize(static_cast<size_t>(m->config_.layers.n_layers));
   Binder b(*m->hf_, options.weights, &m->owned_floats_, &m->owned_packed_);
-  POCKET_RETURN_IF_ERROR(b.Matrix("fc.weight", d, features, &m->fc_));
-  POCKET_RETURN_IF_ERROR(b.Vector("hidden_norm.weight", d, &m->hidden_norm_));
-  POCKET_RETURN_IF_ERROR(b.Vector("norm.weight", d, &m->norm_));
-  m->layers_.resize(static_cast<size_t>(c.n_layers));
-  for (int32_t i = 0; i < c.n_layers; ++i) {
-    DFlashLayerWeights& l = m->layers_[static_cast<size_t>(i)];
-    auto name = [i](const char* suffix) { return StrCat("layers.", i, ".", suffix); };
-    POCKET_RETURN_IF_ERROR(b.Vector(name("input_layernorm.weight"), d, &l.attn_norm));
-    POCKET_RETURN_IF_ERROR(b.Vector(name("post_attention_layernorm.weight"), d, &l.ffn_norm));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("self_attn.q_proj.weight"), q, d, &l.wq));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("self_attn.k_proj.weight"), kv, d, &l.wk));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("self_attn.v_proj.weight"), kv, d, &l.wv));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("self_attn.o_proj.weight"), d, q, &l.wo));
-    POCKET_RETURN_IF_ERROR(b.Vector(name("self_attn.q_norm.weight"), hd, &l.q_norm));
-    POCKET_RETURN_IF_ERROR(b.Vector(name("self_attn.k_norm.weight"), hd, &l.k_norm));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("mlp.gate_proj.weight"), ff, d, &l.w_gate));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("mlp.up_proj.weight"), ff, d, &l.w_up));
-    POCKET_RETURN_IF_ERROR(b.Matrix(name("mlp.down_proj.weight"), d, ff, &l.w_down));
-  }
-  const int32_t half = c.head_dim / 2;
-  m->rope_inv_freq_.resize(static_cast<size_t>(half));
-  for (int32_t i = 0; i < half; ++i) {
-    m->rope_inv_freq_[static_cast<size_t>(i)] =
-        std::pow(static_cast<double>(c.rope_base),
-                 -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
-  }
+  POCKET_RETURN_IF_ERROR(VisitTensors(
+      *m,
+      [&b](const std::string& name, int64_t rows, int64_t cols, Linear& out) {
+        return b.Matrix(name, rows, cols, &out);
+      },
+      [&b](const std::string& name, int64_t n, const float*& out) {
+        return b.Vector(name, n, &out);
+      }));
+  m->InitRope();
   return std::shared_ptr<const DFlashDrafter>(std::move(m));
+}
+
+bool HasPackagedDrafter(const Model& model) {
+  const PocketFile* pocket = model.source().pocket();
+  return pocket != nullptr && pocket->Find(kPocketDrafterKey) != nullptr;
+}
+
+StatusOr<std::shared_ptr<const DFlashDrafter>> DFlashDrafter::LoadFromModel(
+    std::shared_ptr<const Model> target) {
+  if (!target) return InvalidArgumentError("a block drafter needs its target model");
+  const ModelSource& source = target->source();
+  const PocketFile* pocket = source.pocket();
+  if (pocket == nullptr) {
+    return NotFoundError(source.path(), " is a ", SourceKindName(source.kind()),
+                         ", not a .pocket package: it holds no block drafter (store one with "
+                         "pocket convert --drafter DIR, or give the drafter's directory)");
+  }
+  const std::string where = pocket->name() + " (meta " + kPocketDrafterKey + ")";
+  const ConfigValue* v = pocket->Find(kPocketDrafterKey);
+  if (v == nullptr) {
+    return NotFoundError(pocket->name(), " holds no block drafter (store one with pocket convert ",
+                         "--drafter DIR)");
+  }
+  if (v->kind != ConfigValue::Kind::kObject) {
+    return DataLossError(where, ": expected an object, found ", v->json);
+  }
+  POCKET_ASSIGN_OR_RETURN(const auto values, ParseConfigJson(v->json, where));
+  std::shared_ptr<DFlashDrafter> m(new DFlashDrafter());
+  m->target_ = std::move(target);
+  POCKET_ASSIGN_OR_RETURN(m->config_, ParseConfig(values, where, m->target_->config()));
+  auto kind = values.find("weights");
+  if (kind == values.end() || kind->second.kind != ConfigValue::Kind::kString ||
+      !ParseDFlashWeights(kind->second.s, &m->weights_kind_)) {
+    return InvalidArgumentError(where, ": weights is ",
+                                kind == values.end() ? std::string("missing") : kind->second.json,
+                                ", expected \"f32\", \"int8\" or \"int4\"");
+  }
+  m->layers_.resize(static_cast<size_t>(m->config_.layers.n_layers));
+  const PackageBinder b(m->target_->source());
+  POCKET_RETURN_IF_ERROR(VisitTensors(
+      *m,
+      [&b](const std::string& name, int64_t rows, int64_t cols, Linear& out) {
+        return b.Matrix(name, rows, cols, &out);
+      },
+      [&b](const std::string& name, int64_t n, const float*& out) {
+        return b.Vector(name, n, &out);
+      }));
+  m->InitRope();
+  return std::shared_ptr<const DFlashDrafter>(std::move(m));
+}
+
+std::string DFlashDrafter::PackageConfigJson() const {
+  const ModelConfig& c = config_.layers;
+  std::string ids;
+  for (int32_t id : config_.target_layer_ids) ids += StrCat(ids.empty() ? "" : ", ", id);
+  // The floats with 9 significant digits: they read back to the values the drafter computes with.
+  return StrCat("{\"architectures\": [\"", kArchitecture, "\"], \"hidden_size\": ", c.d_model,
+                ", \"num_hidden_layers\": ", c.n_layers, ", \"num_attention_heads\": ", c.n_heads,
+                ", \"num_key_value_heads\": ", c.n_kv_heads, ", \"head_dim\": ", c.head_dim,
+                ", \"intermediate_size\": ", c.d_ff, ", \"vocab_size\": ", c.vocab_size,
+                ", \"rms_norm_eps\": ", FormatFloat(c.rms_eps),
+                ", \"rope_theta\": ", FormatFloat(c.rope_base),
+                ", \"block_size\": ", config_.block_size,
+                ", \"dflash_config\": {\"mask_token_id\": ", config_.mask_token_id,
+                ", \"target_layer_ids\": [", ids, "]}, \"weights\": \"",
+                DFlashWeightsName(weights_kind_), "\"}");
+}
+
+std::vector<DFlashDrafter::PackageTensor> DFlashDrafter::PackageTensors() const {
+  std::vector<PackageTensor> out;
+  const Status s = VisitTensors(
+      *this,
+      [&out](const std::string& name, int64_t, int64_t, const Linear& m) {
+        out.push_back({kPocketDrafterTensorPrefix + name, &m, nullptr, 0});
+        return Status::Ok();
+      },
+      [&out](const std::string& name, int64_t n, const float* const& v) {
+        out.push_back({kPocketDrafterTensorPrefix + name, nullptr, v, n});
+        return Status::Ok();
+      });
+  (void)s;  // the callbacks cannot fail
+  return out;
 }
 
 size_t DFlashDrafter::weight_bytes() const {
@@ -663,18 +831,6 @@ std::vector<int32_t> DefaultTargetLayerIds(int32_t n_target_layers) {
   std::sort(ids.begin(), ids.end());
   return ids;
 }
-
-namespace {
-
-std::string FormatFloat(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
-}  // namespace
 
 Status WriteSyntheticDFlashDrafter(const DFlashSyntheticOptions& o, const std::string& dir) {
   const ModelConfig& t = o.target;

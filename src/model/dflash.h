@@ -54,6 +54,13 @@ struct DFlashLoadOptions {
   DFlashWeights weights = DFlashWeights::kFloat;
 };
 
+// The drafter a .pocket package carries (`pocket convert --drafter DIR`; docs/format.md, "Block
+// drafter"): the meta key "drafter" (an object: the config.json fields pocket reads, plus
+// "weights") and tensors named "drafter." + the released names ("drafter.fc.weight",
+// "drafter.layers.0.self_attn.q_proj.weight", ...), in the form the kernels run.
+inline constexpr char kPocketDrafterKey[] = "drafter";
+inline constexpr char kPocketDrafterTensorPrefix[] = "drafter.";
+
 struct DFlashConfig {
   // The drafter's layers as a Qwen3 config (qk_norm, neox RoPE); vocab_size is the target's.
   ModelConfig layers;
@@ -83,6 +90,14 @@ class DFlashDrafter {
   static StatusOr<std::shared_ptr<const DFlashDrafter>> Load(const std::string& dir,
                                                              std::shared_ptr<const Model> target,
                                                              const DFlashLoadOptions& options = {});
+  // The drafter stored in the target's own .pocket package, bound to that model: matrices and
+  // norms are views into the model's mapping (nothing is quantized or copied), so the logits are
+  // those of Load(dir, target, {the stored weights kind}) bit for bit. NotFound when the model is
+  // not a package or its package holds no drafter (HasPackagedDrafter); otherwise the checks of
+  // Load against the target, with errors naming the meta key ("<file> (meta drafter): ...") or
+  // the tensor ("drafter.layers.1.mlp.up_proj.weight").
+  static StatusOr<std::shared_ptr<const DFlashDrafter>> LoadFromModel(
+      std::shared_ptr<const Model> target);
 
   const DFlashConfig& config() const { return config_; }
   const Model& target() const { return *target_; }
@@ -95,6 +110,19 @@ class DFlashDrafter {
   // Bytes of the drafter's own matrices as used (packed or as stored).
   size_t weight_bytes() const;
 
+  // The package form of this drafter (what `pocket convert --drafter` writes): the meta object, as
+  // JSON text, and the tensors in writing order with their package names; each is a matrix (in
+  // the form used: packed, or dense as stored) or an f32 vector of n elements. Views into this
+  // drafter: valid while it lives.
+  struct PackageTensor {
+    std::string name;
+    const Linear* matrix = nullptr;
+    const float* vector = nullptr;
+    int64_t n = 0;
+  };
+  std::string PackageConfigJson() const;
+  std::vector<PackageTensor> PackageTensors() const;
+
   // Internal to dflash.cc (the pass reads them).
   const Linear& fc() const { return fc_; }
   const float* hidden_norm() const { return hidden_norm_; }
@@ -104,6 +132,12 @@ class DFlashDrafter {
 
  private:
   DFlashDrafter() = default;
+  // Calls matrix(name, rows, cols, Linear&) and vector(name, n, const float*&) for every tensor
+  // in the released names and order (Self: DFlashDrafter or const DFlashDrafter); stops at the
+  // first error.
+  template <typename Self, typename MatrixFn, typename VectorFn>
+  static Status VisitTensors(Self& self, MatrixFn&& matrix, VectorFn&& vector);
+  void InitRope();
   std::shared_ptr<const Model> target_;
   std::unique_ptr<HfDirectory> hf_;  // the mapping the dense matrices view
   DFlashConfig config_;
@@ -159,6 +193,10 @@ class DFlashState {
   float* features_ = nullptr;  // [max_rows, n_ids * target_d_model]
   float* logits_ = nullptr;    // [B, vocab]
 };
+
+// Whether the model was loaded from a .pocket package whose meta holds a drafter (cheap: one key
+// lookup; LoadFromModel validates).
+bool HasPackagedDrafter(const Model& model);
 
 // A synthetic drafter (random weights, deterministic for the seed) in the released layout for a
 // target of config `target`.
