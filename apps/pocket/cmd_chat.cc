@@ -12,6 +12,7 @@
 #include "common.h"
 #include "generation.h"
 #include "interrupt.h"
+#include "model/dflash.h"
 
 namespace pocket::cli {
 namespace {
@@ -81,6 +82,11 @@ Command AddChatCommand(CLI::App& root) {
             if (!model.ok()) return ReportError(model.status());
             auto tmpl = ModelTemplate(**model);
             if (!tmpl.ok()) return ReportError(tmpl.status());
+            // No --spec: auto when the package holds a block drafter (it pays or is left idle).
+            if (request->spec.empty() && HasPackagedDrafter(**model)) {
+              request->spec = "auto";
+              options->spec_auto = true;
+            }
             // --spec: the drafter lives as long as the chat (options point to it).
             auto drafter = MakeDrafter(*request, **model, *so);
             if (!drafter.ok()) return ReportError(drafter.status());

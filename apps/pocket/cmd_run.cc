@@ -15,6 +15,7 @@
 #include "common.h"
 #include "generation.h"
 #include "interrupt.h"
+#include "model/dflash.h"
 
 namespace pocket::cli {
 namespace {
@@ -266,6 +267,8 @@ Command AddRunCommand(CLI::App& root) {
             if (!pool.ok()) return ReportUsageError(pool.status().message());
             so->pool = *pool;
             request->record_spec_steps = f->json;
+            // No --spec: auto when the package holds a block drafter (it pays or is left idle).
+            if (request->spec.empty() && HasPackagedDrafter(**model)) request->spec = "auto";
             auto prepared = PrepareRequest(**model, *request, *so);
             if (!prepared.ok()) return ReportError(prepared.status());
             auto session = Session::Create(*model, *so);

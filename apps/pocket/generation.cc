@@ -39,9 +39,10 @@ void GenerationFlags::Register(CLI::App* app) {
   app->add_option("--spec", spec,
                   "speculative decoding, lossless (the output is that of plain decoding): none; "
                   "lookup (drafts copied from earlier text); draft:FILE (a draft model with the "
-                  "same vocabulary); auto (lookup, verified only while it pays); auto:MODE (MODE "
-                  "under that policy)")
-      ->capture_default_str();
+                  "same vocabulary); dflash (the block drafter stored in the model's package) or "
+                  "dflash:DIR (a DFlash drafter directory); auto (the package's drafter, else "
+                  "lookup, verified only while it pays); auto:MODE (MODE under that policy). "
+                  "Default: auto when the model's package holds a drafter, else none");
   app->add_option("--draft-max", draft_max, "--spec: tokens drafted per verification pass at most")
       ->capture_default_str();
   app->add_option("--draft-min", draft_min, "--spec: shorter drafts are not verified")

@@ -30,7 +30,7 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::string system;
   bool no_think = false;
-  std::string spec = "none";
+  std::string spec;  // empty: auto when the model's package holds a drafter, else none
   int32_t draft_max = 8;
   int32_t draft_min = 1;
   float draft_p_min = 0.0f;

@@ -233,7 +233,9 @@ StatusOr<SpecMode> ParseSpec(const GenerateRequest& request) {
   std::string_view spec = request.spec;
   if (spec.empty() || spec == "none") return mode;
   if (spec == "auto") {
+    // The model's own block drafter when its package holds one (MakeDrafter), else lookup.
     mode.automatic = true;
+    mode.packaged_or_lookup = true;
     spec = "lookup";
   } else if (spec.starts_with("auto:")) {
     mode.automatic = true;
@@ -248,12 +250,11 @@ StatusOr<SpecMode> ParseSpec(const GenerateRequest& request) {
     mode.kind = SpecMode::Kind::kBlock;
     mode.path = std::string(spec.substr(7));
   } else if (spec == "dflash") {
-    return InvalidArgumentError(
-        "--spec dflash: give the drafter's directory (dflash:DIR); drafters stored in a .pocket "
-        "package are not supported yet");
+    mode.kind = SpecMode::Kind::kBlock;  // the one in the model's package
   } else {
-    return InvalidArgumentError("unknown speculative decoding mode ", QuoteBytes(request.spec),
-                                " (none, lookup, draft:FILE, dflash:DIR, auto or auto:MODE)");
+    return InvalidArgumentError(
+        "unknown speculative decoding mode ", QuoteBytes(request.spec),
+        " (none, lookup, draft:FILE, dflash, dflash:DIR, auto or auto:MODE)");
   }
   if (request.draft_max < 1) {
     return InvalidArgumentError("--draft-max must be at least 1, got ", request.draft_max);
@@ -271,7 +272,8 @@ StatusOr<SpecMode> ParseSpec(const GenerateRequest& request) {
 
 StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request, const Model& target,
                                                const SessionOptions& drafter_session) {
-  POCKET_ASSIGN_OR_RETURN(const SpecMode mode, ParseSpec(request));
+  POCKET_ASSIGN_OR_RETURN(SpecMode mode, ParseSpec(request));
+  if (mode.packaged_or_lookup && HasPackagedDrafter(target)) mode.kind = SpecMode::Kind::kBlock;
   switch (mode.kind) {
     case SpecMode::Kind::kNone:
       return std::unique_ptr<Drafter>();
@@ -301,8 +303,11 @@ StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const GenerateRequest& request, c
       const std::shared_ptr<const Model> target_view(std::shared_ptr<const Model>(), &target);
       DFlashLoadOptions lo;
       lo.weights = DFlashWeights::kInt8;
-      auto model = DFlashDrafter::Load(mode.path, target_view, lo);
+      // dflash:DIR, or the drafter stored in the model's package (pocket convert --drafter).
+      auto model = mode.path.empty() ? DFlashDrafter::LoadFromModel(target_view)
+                                     : DFlashDrafter::Load(mode.path, target_view, lo);
       if (!model.ok()) {
+        if (mode.path.empty()) return model.status();
         return Status(model.status().code(),
                       StrCat("block drafter ", mode.path, ": ", model.status().message()));
       }

@@ -112,8 +112,9 @@ struct GenerateRequest : PromptRequest {
   // lookup.min_ngram..max_ngram tokens); "draft:FILE" (a draft model with the target's
   // vocabulary, drafting until its top probability falls below draft_p_min; it samples at the
   // request's temperature); "dflash:DIR" (a block drafter in the released DFlash layout, a Hugging
-  // Face directory, drafting a block per pass from the target's hidden states); "auto" (prompt
-  // lookup, verified only while it pays: spec_auto).
+  // Face directory, drafting a block per pass from the target's hidden states); "dflash" (the
+  // block drafter stored in the model's package: pocket convert --drafter); "auto" (the package's
+  // block drafter, else prompt lookup, verified only while it pays: spec_auto).
   // "auto:MODE" is MODE under the auto policy. Up to draft_max tokens per verification pass,
   // drafts shorter than draft_min are not verified.
   std::string spec;
@@ -129,7 +130,9 @@ struct SpecMode {
   enum class Kind { kNone, kLookup, kDraftModel, kBlock };
   Kind kind = Kind::kNone;
   bool automatic = false;  // the auto policy (GenerateOptions::spec_auto)
-  std::string path;        // draft:FILE, dflash:DIR
+  // Plain "auto": the block drafter of the model's package when it holds one, else lookup.
+  bool packaged_or_lookup = false;
+  std::string path;  // draft:FILE, dflash:DIR
 };
 // Parses and checks `request.spec` and the draft sizes: InvalidArgument naming the bad part.
 StatusOr<SpecMode> ParseSpec(const GenerateRequest& request);

@@ -86,6 +86,27 @@ class CliSpecTest(unittest.TestCase):
                         self.assertGreater(out["verify_passes"], 0)
                         self.assertEqual(out["accepted_draft_tokens"], out["drafted_tokens"])
 
+    def test_a_package_with_a_drafter_speculates_by_default(self):
+        packaged = work_path("spec-stories-with-drafter.pocket")
+        if not os.path.exists(packaged):
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", "f32",
+                   "--drafter", self.drafter_dir, "-o", packaged)
+        for prompt in PROMPTS:
+            plain = run_json(packaged, prompt, "--spec", "none")
+            by_default = run_json(packaged, prompt)  # auto with the packaged drafter
+            packaged_dflash = run_json(packaged, prompt, "--spec", "dflash")
+            self.assertEqual(by_default["tokens"], plain["tokens"])
+            self.assertEqual(packaged_dflash["tokens"], plain["tokens"])
+            self.assertGreater(packaged_dflash["verify_passes"], 0)
+            # auto decodes plainly or verifies; either way its steps are accounted for
+            self.assertGreater(by_default["verify_passes"] + by_default["plain_decode_steps"], 0)
+        # Without a packaged drafter: none by default, and dflash is an error saying so.
+        self.assertEqual(run_json(self.target, PROMPTS[0])["plain_decode_steps"], 0)
+        p = pocket("run", "-m", self.target, "-p", PROMPTS[0], "-n", "8", "--spec", "dflash",
+                   check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no block drafter", p.stderr)
+
     def test_stats_line_reports_the_acceptance(self):
         p = pocket("run", "-m", self.target, "-p", PROMPTS[0], "--temp", "0", "-n", "32",
                    "--spec", "lookup")
