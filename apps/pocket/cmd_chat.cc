@@ -72,12 +72,13 @@ Command AddChatCommand(CLI::App& root) {
             if (!request.ok()) return ReportUsageError(request.status().message());
             auto so = flags->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
+            // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit. Made
+            // before any thread (the pool's threads inherit its blocked SIGINT).
+            InterruptWatcher watcher;
             // One pool for the session and a draft model's session (they run in turn).
             auto pool = MakeThreadPool(so->n_threads);
             if (!pool.ok()) return ReportUsageError(pool.status().message());
             so->pool = *pool;
-            // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit.
-            InterruptWatcher watcher;
             auto model = LoadModel(flags->model, flags->engine);
             if (!model.ok()) return ReportError(model.status());
             auto tmpl = ModelTemplate(**model);
