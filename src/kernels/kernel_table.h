@@ -92,6 +92,15 @@ struct KvHeadView {
   void* v = nullptr;
   float* k_scale = nullptr;  // kQ8 only: [n_ctx]
   float* v_scale = nullptr;
+  // Blocks from `tail_block` on are read from a separate tail (same layout, its block 0 being
+  // block tail_block): a draft branch of a tree sees its ancestors' rows gathered there at their
+  // logical positions, so every kernel computes exactly what it computes for the same rows in
+  // consecutive slots (kernels never learn about trees). Default: no tail.
+  int64_t tail_block = INT64_MAX / kKvBlockPositions;
+  void* tail_k = nullptr;
+  void* tail_v = nullptr;
+  float* tail_k_scale = nullptr;
+  float* tail_v_scale = nullptr;
 
   // The one place that knows where the cache's blocks and rows live: every kernel addresses K, V
   // and the kQ8 scales through these (a block table for a paged cache changes only them).
@@ -109,6 +118,10 @@ struct KvHeadView {
   // K block `block` (positions [16 block, 16 block + 16)): [head_dim][16] elements.
   template <typename T>
   POCKET_KV_ACCESSOR T* KeyBlock(int64_t block) const {
+    if (block >= tail_block) {
+      return reinterpret_cast<T*>(static_cast<uint8_t*>(tail_k) +
+                                  (block - tail_block) * BlockBytes());
+    }
     return reinterpret_cast<T*>(static_cast<uint8_t*>(k) + block * BlockBytes());
   }
   // Row d of K block `block`: 16 elements, one per position of the block.
@@ -119,17 +132,26 @@ struct KvHeadView {
   // V row of position pos: head_dim elements (the rows of one block are consecutive).
   template <typename T>
   POCKET_KV_ACCESSOR T* ValueRow(int64_t pos) const {
+    if (pos >= tail_block * kKvBlockPositions) {
+      return reinterpret_cast<T*>(static_cast<uint8_t*>(tail_v) +
+                                  (pos - tail_block * kKvBlockPositions) * head_dim *
+                                      ElementBytes());
+    }
     return reinterpret_cast<T*>(static_cast<uint8_t*>(v) + pos * head_dim * ElementBytes());
   }
   // kQ8: the 16 K / V scales of block `block`, and the scale of position pos.
-  POCKET_KV_ACCESSOR float* KeyScales(int64_t block) const {
-    return k_scale + block * kKvBlockPositions;
+  POCKET_KV_ACCESSOR float* KeyScales(int64_t block) const { return KeyScale(block * 16); }
+  POCKET_KV_ACCESSOR float* ValueScales(int64_t block) const { return ValueScale(block * 16); }
+  POCKET_KV_ACCESSOR float* KeyScale(int64_t pos) const {
+    return pos >= tail_block * kKvBlockPositions
+               ? tail_k_scale + (pos - tail_block * kKvBlockPositions)
+               : k_scale + pos;
   }
-  POCKET_KV_ACCESSOR float* ValueScales(int64_t block) const {
-    return v_scale + block * kKvBlockPositions;
+  POCKET_KV_ACCESSOR float* ValueScale(int64_t pos) const {
+    return pos >= tail_block * kKvBlockPositions
+               ? tail_v_scale + (pos - tail_block * kKvBlockPositions)
+               : v_scale + pos;
   }
-  POCKET_KV_ACCESSOR float* KeyScale(int64_t pos) const { return k_scale + pos; }
-  POCKET_KV_ACCESSOR float* ValueScale(int64_t pos) const { return v_scale + pos; }
 };
 #undef POCKET_KV_ACCESSOR
 

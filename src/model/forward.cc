@@ -87,6 +87,30 @@ Status CheckBatch(const Model& model, const ForwardScratch& s, const ForwardBatc
                                   ") hides slots [", seg.hidden_begin, ", ", seg.hidden_end,
                                   ") that do not end before its first slot ", seg.kv_pos);
     }
+    if (seg.path_from >= 0) {
+      const int64_t last = int64_t{seg.first_position()} + seg.n_rows() - 1;
+      if (seg.visibility != Visibility::kCausal || seg.hidden_begin != seg.hidden_end ||
+          seg.rope_pos != -1 || seg.path_from > seg.kv_pos ||
+          last + 1 - seg.path_from / 16 * 16 > kTreeTailPositions) {
+        return InvalidArgumentError(
+            "tree branch of rows [", seg.row_begin, ", ", seg.row_end, ") continuing a path of ",
+            seg.path.size(), " positions from ", seg.path_from,
+            ": must be causal, hide nothing, take its RoPE positions from the path, start its path "
+            "at or before its first slot ",
+            seg.kv_pos, " and span at most ", kTreeTailPositions,
+            " positions from its path's block");
+      }
+      for (int32_t slot : seg.path) {
+        if (slot < 0 || slot >= seg.kv->n_ctx()) {
+          return OutOfRangeError("tree branch of rows [", seg.row_begin, ", ", seg.row_end,
+                                 ") names slot ", slot, " outside the context of ",
+                                 seg.kv->n_ctx());
+        }
+      }
+    } else if (!seg.path.empty()) {
+      return InvalidArgumentError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
+                                  ") lists a path without its first position");
+    }
     next = seg.row_end;
   }
   if (next != n) return InvalidArgumentError("batch segments cover ", next, " of ", n, " rows");
@@ -143,7 +167,7 @@ void RopeTables(const Model& model, const Pass& p) {
   const int32_t half = p.c.head_dim / 2;
   const std::vector<double>& inv_freq = model.rope_inv_freq();
   for (const BatchSegment& seg : p.b.segments) {
-    const int32_t first = seg.rope_pos >= 0 ? seg.rope_pos : seg.kv_pos;
+    const int32_t first = seg.first_position();
     for (int32_t t = seg.row_begin; t < seg.row_end; ++t) {
       const double pos = static_cast<double>(first + t - seg.row_begin);
       for (int32_t i = 0; i < half; ++i) {
@@ -153,6 +177,47 @@ void RopeTables(const Model& model, const Pass& p) {
       }
     }
   }
+}
+
+// The view a tree branch's rows attend through (BatchSegment::path): the cache, with the blocks
+// from the one holding path_from on gathered into `tail` at the rows' logical positions (the
+// ancestors' slots, then the branch's own), the rest of the last block zeroed.
+KvHeadView GatherTreeTail(const BatchSegment& seg, const KvHeadView& cache, uint8_t* tail) {
+  const int64_t first_block = seg.path_from / kKvBlockPositions;
+  const int64_t begin = first_block * kKvBlockPositions;
+  const int64_t own = seg.first_position();
+  const int64_t end = own + seg.n_rows();
+  const int64_t n_blocks = (end - begin + kKvBlockPositions - 1) / kKvBlockPositions;
+  KvHeadView t = cache;  // type and head size; addresses below
+  t.k = tail;
+  t.v = tail + n_blocks * cache.BlockBytes();
+  t.k_scale = reinterpret_cast<float*>(tail + 2 * n_blocks * cache.BlockBytes());
+  t.v_scale = t.k_scale + n_blocks * kKvBlockPositions;
+  for (int64_t pos = begin; pos < end; ++pos) {
+    int64_t slot = pos;
+    if (pos >= own) {
+      slot = seg.kv_pos + (pos - own);
+    } else if (pos >= seg.path_from) {
+      slot = seg.path[static_cast<size_t>(pos - seg.path_from)];
+    }
+    CopyKvPosition(cache, slot, t, pos - begin);
+  }
+  // Lanes past the last row: never visible, but kernels load whole blocks.
+  const int64_t eb = cache.ElementBytes();
+  for (int64_t pos = end - begin; pos < n_blocks * kKvBlockPositions; ++pos) {
+    const int64_t b = pos / kKvBlockPositions, lane = pos % kKvBlockPositions;
+    for (int32_t d = 0; d < cache.head_dim; ++d)
+      std::memset(t.KeyRow<uint8_t>(b, d) + lane * eb, 0, static_cast<size_t>(eb));
+    std::memset(t.ValueRow<uint8_t>(pos), 0, static_cast<size_t>(cache.head_dim * eb));
+    if (cache.type == KvType::kQ8) *t.KeyScale(pos) = *t.ValueScale(pos) = 0.0f;
+  }
+  KvHeadView view = cache;
+  view.tail_block = first_block;
+  view.tail_k = t.k;
+  view.tail_v = t.v;
+  view.tail_k_scale = t.k_scale;
+  view.tail_v_scale = t.v_scale;
+  return view;
 }
 
 // A segment's row blocks of 16 (attention tasks cover at most 16 query rows).
@@ -244,8 +309,12 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       task.out = s.attn + seg.row_begin * qd + g * group * hd;
       task.ldo = qd;
       task.kv = seg.kv->head(layer, static_cast<int32_t>(g));
+      if (seg.path_from >= 0) {
+        task.kv = GatherTreeTail(seg, task.kv,
+                                 s.tree_tail + static_cast<size_t>(thread) * s.tree_tail_bytes);
+      }
       task.n_q_heads = group;
-      task.pos0 = seg.kv_pos;
+      task.pos0 = seg.path_from >= 0 ? seg.first_position() : seg.kv_pos;
       task.t_begin = block * 16;
       task.t_end = std::min<int64_t>(seg.n_rows(), block * 16 + 16);
       task.scale = scale;
@@ -256,7 +325,7 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       // Causal segments of many rows on a table with a tile engine: the bf16 tile form
       // (kernel_table.h); segments that hide slots or see ahead use the general form.
       const bool tiles = seg.n_rows() >= kTileFormMinRows && p.k().prefill_attention != nullptr &&
-                         seg.hidden_begin == seg.hidden_end && causal;
+                         seg.hidden_begin == seg.hidden_end && causal && seg.path_from < 0;
       (tiles ? p.k().prefill_attention : p.k().attention)(task, p.ctx.thread_scratch(thread));
     }
   });

@@ -50,7 +50,21 @@ struct BatchSegment {
   // each candidate hides the candidates stored before it). Must end at or before kv_pos.
   int32_t hidden_begin = 0;
   int32_t hidden_end = 0;
+  // A branch of a draft tree (speculative verification of several branches in one pass): when
+  // path_from >= 0, the rows continue a path whose logical positions [path_from, path_from +
+  // path.size()) are at the slots `path` lists (positions before path_from at their own slots).
+  // Row i is at logical position path_from + path.size() + i (its RoPE position; rope_pos must be
+  // -1), stored at slot kv_pos + i, and sees logical positions [0, its own]. Attention gathers the
+  // path's rows (kernels see them at their logical positions), so a row computes exactly what it
+  // would in consecutive slots. Causal, no hidden range; path_from <= kv_pos; at most
+  // kTreeTailPositions positions from the 16-position block of path_from to the last row.
+  int32_t path_from = -1;
+  std::span<const int32_t> path = {};
   int32_t n_rows() const { return row_end - row_begin; }
+  int32_t first_position() const {
+    if (path_from >= 0) return path_from + static_cast<int32_t>(path.size());
+    return rope_pos >= 0 ? rope_pos : kv_pos;
+  }
 };
 
 #if POCKET_FORWARD_TRACE

@@ -11,6 +11,7 @@ StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvTy
   kv.type_ = type;
   kv.n_ctx_ = n_ctx;
   kv.n_ctx_padded_ = (n_ctx + 15) / 16 * 16;
+  kv.n_layers_ = config.n_layers;
   kv.n_kv_heads_ = config.n_kv_heads;
   kv.head_dim_ = config.head_dim;
   const size_t heads =
@@ -52,6 +53,7 @@ KvCache KvCache::Clone() const {
   kv.type_ = type_;
   kv.n_ctx_ = n_ctx_;
   kv.n_ctx_padded_ = n_ctx_padded_;
+  kv.n_layers_ = n_layers_;
   kv.n_kv_heads_ = n_kv_heads_;
   kv.head_dim_ = head_dim_;
   kv.data_bytes_ = data_bytes_;
@@ -63,6 +65,35 @@ KvCache KvCache::Clone() const {
     std::memcpy(kv.scales_.get(), scales_.get(), n_scales_ * sizeof(float));
   }
   return kv;
+}
+
+void KvCache::MoveSlots(std::span<const int32_t> from, int32_t to) {
+  for (int32_t layer = 0; layer < n_layers_; ++layer) {
+    for (int32_t g = 0; g < n_kv_heads_; ++g) {
+      const KvHeadView view = head(layer, g);
+      for (size_t i = 0; i < from.size(); ++i) {
+        if (from[i] != to + static_cast<int32_t>(i))
+          CopyKvPosition(view, from[i], view, to + static_cast<int64_t>(i));
+      }
+    }
+  }
+}
+
+void CopyKvPosition(const KvHeadView& from, int64_t from_pos, const KvHeadView& to,
+                    int64_t to_pos) {
+  const int64_t eb = from.ElementBytes();
+  const int64_t fb = from_pos / kKvBlockPositions, fl = from_pos % kKvBlockPositions;
+  const int64_t tb = to_pos / kKvBlockPositions, tl = to_pos % kKvBlockPositions;
+  for (int32_t d = 0; d < from.head_dim; ++d) {
+    std::memcpy(to.KeyRow<uint8_t>(tb, d) + tl * eb, from.KeyRow<const uint8_t>(fb, d) + fl * eb,
+                static_cast<size_t>(eb));
+  }
+  std::memmove(to.ValueRow<uint8_t>(to_pos), from.ValueRow<const uint8_t>(from_pos),
+               static_cast<size_t>(from.head_dim * eb));
+  if (from.type == KvType::kQ8) {
+    *to.KeyScale(to_pos) = *from.KeyScale(from_pos);
+    *to.ValueScale(to_pos) = *from.ValueScale(from_pos);
+  }
 }
 
 }  // namespace pocket

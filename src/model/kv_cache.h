@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "base/status.h"
 #include "kernels/kernel_table.h"
@@ -29,6 +30,11 @@ class KvCache {
 
   KvCache Clone() const;
 
+  // Copies the keys and values of slots from[i] to slots to + i, in every layer and head, in
+  // order (a slot listed later may be one written earlier only if it was read first: the rows of
+  // an accepted draft branch moved down to follow the committed ones, from[i] >= to + i).
+  void MoveSlots(std::span<const int32_t> from, int32_t to);
+
  private:
   KvCache() = default;
   std::unique_ptr<uint8_t[]> data_;
@@ -38,8 +44,13 @@ class KvCache {
   KvType type_ = KvType::kF16;
   int32_t n_ctx_ = 0;
   int32_t n_ctx_padded_ = 0;  // a multiple of 16 (K blocks)
+  int32_t n_layers_ = 0;
   int32_t n_kv_heads_ = 0;
   int32_t head_dim_ = 0;
 };
+
+// Copies position from_pos of one KV head view (keys, values, kQ8 scales) to position to_pos of
+// another of the same type and head size.
+void CopyKvPosition(const KvHeadView& from, int64_t from_pos, const KvHeadView& to, int64_t to_pos);
 
 }  // namespace pocket

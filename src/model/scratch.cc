@@ -91,6 +91,11 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
   plan.Add("per-thread",
            static_cast<size_t>(n_threads) * static_cast<size_t>(s.per_thread_floats) * f,
            at(&s.thread_scratch));
+  // f32 elements (the widest KV type), K and V, then the scales.
+  s.tree_tail_bytes = static_cast<size_t>(kTreeTailBlocks) * kKvBlockPositions *
+                      (2 * static_cast<size_t>(c.head_dim) * sizeof(float) + 2 * sizeof(float));
+  s.tree_tail_bytes = (s.tree_tail_bytes + 63) / 64 * 64;
+  plan.Add("tree tails", static_cast<size_t>(n_threads) * s.tree_tail_bytes, at(&s.tree_tail));
   POCKET_ASSIGN_OR_RETURN(s.buffer_, plan.Allocate(&s.bytes_));
   s.row_ids_.resize(b);
   std::iota(s.row_ids_.begin(), s.row_ids_.end(), 0);

@@ -43,6 +43,11 @@ class ScratchPlan {
   size_t size_ = 0;
 };
 
+// The KV blocks a tree branch's gathered tail holds (BatchSegment::path), and so the positions from
+// the 16-position block where its path starts to its last row.
+inline constexpr int32_t kTreeTailBlocks = 3;
+inline constexpr int32_t kTreeTailPositions = kTreeTailBlocks * 16;
+
 // Activation buffers for up to max_batch rows and n_threads threads.
 class ForwardScratch {
  public:
@@ -68,6 +73,10 @@ class ForwardScratch {
   float* rope_sin = nullptr;        // [B, head_dim / 2]
   float* thread_scratch = nullptr;  // [n_threads, per_thread_floats]
   int64_t per_thread_floats = 0;
+  // Per thread: the gathered tail of a tree branch's KV head (BatchSegment::path), kTreeTailBlocks
+  // blocks of K and of V and their kQ8 scales; tree_tail_bytes each.
+  uint8_t* tree_tail = nullptr;
+  size_t tree_tail_bytes = 0;
 
   // Bookkeeping of one pass, sized for max_batch segments up front (a pass only clears and
   // refills them): row runs that share a kernel form, and the first attention task of each

@@ -187,6 +187,71 @@ TEST_P(ForwardBatchTest, BidirectionalSegmentsSeeTheirLaterRows) {
   }
 }
 
+// Draft trees: branches after the first continue a path of slots that are not consecutive; each
+// branch's rows compute exactly (bit for bit) what the same tokens compute in consecutive slots,
+// whatever the KV type and wherever the tree starts within a 16-position block, and the accepted
+// branch's rows moved down (KvCache::MoveSlots) are the rows a plain run writes.
+TEST_P(ForwardBatchTest, TreeBranchesComputeWhatConsecutiveSlotsCompute) {
+  Fixture f(Tiny(DType::kQ4_0, GetParam()));
+  ASSERT_NE(f.model, nullptr);
+  const ModelConfig& c = f.model->config();
+  const size_t v = static_cast<size_t>(f.vocab);
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kQ8}) {
+    for (const int32_t n_prompt : {5, 14, 15, 16, 29}) {
+      SCOPED_TRACE(std::string(KvTypeName(type)) + " prompt " + std::to_string(n_prompt));
+      auto make_kv = [&] {
+        auto kv = KvCache::Create(c, 96, type);
+        EXPECT_TRUE(kv.ok());
+        return std::move(kv.value());
+      };
+      const std::vector<int32_t> prompt = Ids(n_prompt, 4, f.vocab);
+      const int32_t P = n_prompt;
+      const int32_t a = 3, c1 = 17, c2 = 29, b1 = 41, b2 = 5, b3 = 77, e1 = 90, e2 = 11;
+      // Plain: each path in consecutive slots of a cache of its own.
+      KvCache r1 = make_kv(), r2 = make_kv(), r3 = make_kv(), tree = make_kv();
+      for (KvCache* kv : {&r1, &r2, &r3, &tree}) f.Alone(*kv, prompt, 0);
+      const std::vector<float> want1 = f.Alone(r1, {a, c1, c2}, P);
+      const std::vector<float> want2 = f.Alone(r2, {a, b1, b2, b3}, P);
+      const std::vector<float> want3 = f.Alone(r3, {a, c1, e1, e2}, P);
+      // The tree: [a c1 c2] at P.., [b1 b2 b3] after a at P+3.., [e1 e2] after c1 at P+6...
+      const std::vector<int32_t> tokens = {a, c1, c2, b1, b2, b3, e1, e2};
+      const int32_t path2[] = {P}, path3[] = {P, P + 1};
+      BatchSegment segs[3] = {{&tree, 0, 3, P}, {&tree, 3, 6, P + 3}, {&tree, 6, 8, P + 6}};
+      segs[1].path_from = P;
+      segs[1].path = path2;
+      segs[2].path_from = P;
+      segs[2].path = path3;
+      std::vector<float> got(tokens.size() * v);
+      ForwardBatch b;
+      b.tokens = tokens;
+      b.segments = segs;
+      b.output_rows = f.scratch.rows(0, 8);
+      b.logits = got.data();
+      const Status st = Forward(*f.model, f.scratch, f.pool, b);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      auto same = [&](size_t got_row, const std::vector<float>& want, size_t want_row) {
+        for (size_t i = 0; i < v; ++i) {
+          if (got[got_row * v + i] != want[want_row * v + i]) {
+            ADD_FAILURE() << "tree row " << got_row << " differs at logit " << i << ": "
+                          << got[got_row * v + i] << " vs " << want[want_row * v + i];
+            return;
+          }
+        }
+      };
+      for (size_t r = 0; r < 3; ++r) same(r, want1, r);
+      for (size_t r = 0; r < 3; ++r) same(3 + r, want2, 1 + r);
+      for (size_t r = 0; r < 2; ++r) same(6 + r, want3, 2 + r);
+      // Accept the second branch: its rows move down behind a; the next token then computes
+      // what it computes after the plain path.
+      const int32_t moved[] = {P + 3, P + 4, P + 5};
+      tree.MoveSlots(moved, P + 1);
+      const std::vector<float> next_plain = f.Alone(r2, {b3}, P + 4);
+      const std::vector<float> next_tree = f.Alone(tree, {b3}, P + 4);
+      ASSERT_EQ(next_plain, next_tree);
+    }
+  }
+}
+
 TEST_P(ForwardBatchTest, MalformedBatchesAreErrorsThatSayWhy) {
   Fixture f(Tiny(DType::kQ4_0, GetParam()), 16);
   ASSERT_NE(f.model, nullptr);
@@ -218,6 +283,22 @@ TEST_P(ForwardBatchTest, MalformedBatchesAreErrorsThatSayWhy) {
                 .find("token id " + std::to_string(c.vocab_size) + " at position 2"),
             std::string::npos);
   EXPECT_EQ(run({}, {}, std::vector<int32_t>(17, 1)).code(), StatusCode::kInternal);
+  // Tree branches: a path must start at or before the branch's slots, fit the gathered tail and
+  // name slots inside the cache.
+  const int32_t path[] = {2}, bad_path[] = {40};
+  BatchSegment branch{&kv, 0, 4, 4};
+  branch.path_from = 6;
+  branch.path = path;
+  EXPECT_NE(run({branch}).message().find("tree branch of rows [0, 4)"), std::string::npos);
+  branch.path_from = 3;
+  branch.path = bad_path;
+  EXPECT_NE(run({branch}).message().find("names slot 40 outside the context of 32"),
+            std::string::npos);
+  branch.path = path;
+  branch.rope_pos = 8;
+  EXPECT_NE(run({branch}).message().find("RoPE positions from the path"), std::string::npos);
+  branch.rope_pos = -1;
+  EXPECT_TRUE(run({branch}).ok());
   EXPECT_TRUE(run({{&kv, 0, 4, 0}}).ok());
 }
 
