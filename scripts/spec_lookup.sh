@@ -25,7 +25,7 @@ prompts = {
     "story (open)": "Once upon a time",
     "copy a passage": passage + "\n\n" + passage[:60],
 }
-modes = ["none", "lookup", "auto"]
+modes = ["none", "lookup", "lookup --draft-branches 4", "auto"]
 print(f"| prompt | mode | decode tokens/s (median of {reps}) | accepted per pass | tokens per "
       f"target pass | speedup |")
 print("|---|---|---|---|---|---|")
@@ -34,7 +34,7 @@ for name, prompt in prompts.items():
     for _ in range(reps):
         for m in modes:
             out = subprocess.run([pocket, "run", "-m", model, "--tokenizer", tok, "-p", prompt,
-                                  "-n", n, "--temp", "0", "-t", "1", "--json", "--spec", m],
+                                  "-n", n, "--temp", "0", "-t", "1", "--json", "--spec"] + m.split(),
                                  capture_output=True, text=True, check=True)
             runs[m].append(json.loads(out.stdout))
     plain_tokens = runs["none"][0]["tokens"]

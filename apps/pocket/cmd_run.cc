@@ -129,6 +129,7 @@ nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
        r.n_masks > 0 ? static_cast<double>(r.constraint_us) / r.n_masks : 0.0},
       {"forced_tokens", r.n_forced_tokens},
       {"verify_passes", r.n_verify_passes},
+      {"tree_passes", r.n_tree_passes},
       {"drafted_tokens", r.n_drafted},
       {"accepted_draft_tokens", r.n_draft_accepted},
       {"plain_decode_steps", r.n_plain_steps},

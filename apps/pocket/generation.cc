@@ -55,6 +55,11 @@ void GenerationFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--lookup-max", lookup_max, "--spec lookup: longest n-gram matched")
       ->capture_default_str();
+  app->add_option("--draft-branches", lookup_branches,
+                  "--spec lookup: verify the continuations of up to N earlier matches at once, as "
+                  "a draft tree (branches with different next tokens; 1: a single draft)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
 }
 
 namespace {
@@ -100,6 +105,7 @@ StatusOr<GenerateRequest> GenerationFlags::Request() const {
   r.draft_p_min = draft_p_min;
   r.lookup.min_ngram = lookup_min;
   r.lookup.max_ngram = lookup_max;
+  r.lookup.max_branches = lookup_branches;
   POCKET_RETURN_IF_ERROR(r.sampling.Validate());
   POCKET_RETURN_IF_ERROR(ParseSpec(r).status());  // a usage error before loading
   return r;

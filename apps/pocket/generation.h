@@ -36,6 +36,7 @@ struct GenerationFlags {
   float draft_p_min = 0.0f;
   int32_t lookup_min = 1;
   int32_t lookup_max = 3;
+  int32_t lookup_branches = 1;
 
   void Register(CLI::App* app);
   // The request these flags make, without its input (runtime/request.h): -n -1 becomes "until end

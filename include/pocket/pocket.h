@@ -198,6 +198,9 @@ typedef struct pocket_generate_params {
   int32_t draft_max;
   int32_t draft_min;
   float draft_p_min;
+  /* "lookup": verify the continuations of up to draft_branches (1 to 8, default 1) earlier
+   * matches at once, as a draft tree. */
+  int32_t draft_branches;
 } pocket_generate_params;
 
 typedef enum pocket_stop_reason {
@@ -226,6 +229,7 @@ typedef struct pocket_generate_result {
   int32_t n_accepted_draft_tokens;
   int32_t n_plain_decode_steps;
   double draft_ms;
+  int32_t n_tree_passes; /* of n_verify_passes, those over a draft tree of several branches */
 } pocket_generate_result;
 
 /* Called with each piece of text (whole UTF-8 characters, not NUL-terminated); return false to

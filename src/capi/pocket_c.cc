@@ -32,6 +32,7 @@ struct pocket_session {
   std::shared_ptr<pocket::ThreadPool> pool{};  // the session's (a drafter computes on it too)
   // The drafter of the last call with a spec, kept for later calls with the same spec.
   std::string spec{};
+  int32_t draft_branches = 1;
   std::unique_ptr<pocket::Drafter> drafter{};
 };
 
@@ -320,7 +321,8 @@ pocket_generate_params pocket_generate_default_params(void) {
                                 nullptr,
                                 d.draft_max,
                                 d.draft_min,
-                                0.0f};
+                                0.0f,
+                                1};
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
@@ -372,6 +374,7 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
     request.draft_max = p.draft_max;
     request.draft_min = p.draft_min;
     request.draft_p_min = p.draft_p_min;
+    request.lookup.max_branches = p.draft_branches;
     // The drafter is made by the session below (kept across calls): none here.
     pocket::GenerateRequest plain = request;
     plain.spec.clear();
@@ -380,7 +383,8 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
     if (auto mode = pocket::ParseSpec(request); !mode.ok()) {
       return Report(err, mode.status());
     } else if (mode->kind != pocket::SpecMode::Kind::kNone) {
-      if (session->drafter == nullptr || session->spec != request.spec) {
+      if (session->drafter == nullptr || session->spec != request.spec ||
+          session->draft_branches != p.draft_branches) {
         session->drafter.reset();
         pocket::SessionOptions so;
         so.n_ctx = session->session->n_ctx();
@@ -389,6 +393,7 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
         if (!drafter.ok()) return Report(err, drafter.status());
         session->drafter = std::move(*drafter);
         session->spec = request.spec;
+        session->draft_branches = p.draft_branches;
       }
       prepared->options.drafter = session->drafter.get();
       prepared->options.draft_max = request.draft_max;
@@ -417,6 +422,7 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
       result->n_accepted_draft_tokens = r->n_draft_accepted;
       result->n_plain_decode_steps = r->n_plain_steps;
       result->draft_ms = static_cast<double>(r->draft_us) / 1000.0;
+      result->n_tree_passes = r->n_tree_passes;
     }
     return Report(err, pocket::Status::Ok());
   });

@@ -12,6 +12,16 @@
 
 namespace pocket {
 
+// The most branches a draft tree has (a verification pass has a few more rows than a chain's).
+inline constexpr int32_t kMaxDraftBranches = 8;
+
+// A node of a draft tree: a token and its parent (the index of an earlier node, or -1 for a child
+// of the root, the context's last token).
+struct DraftNode {
+  int32_t token = 0;
+  int32_t parent = -1;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -19,6 +29,17 @@ class Drafter {
   // to `draft` (cleared first; empty: no guess). Deterministic: the same context, the same draft.
   virtual Status Draft(std::span<const int32_t> context, int32_t max_tokens,
                        std::vector<int32_t>* draft) = 0;
+
+  // Drafters that can propose several branches at once return true and implement DraftTree: up to
+  // max_tokens nodes after `context`, each node's parent before it, siblings with different
+  // tokens (cleared first; empty: no guess). Deterministic drafters only (the verifier follows the
+  // child equal to the target's choice, so the longest path the target agrees with wins).
+  virtual bool branching() const { return false; }
+  virtual Status DraftTree(std::span<const int32_t> /*context*/, int32_t /*max_tokens*/,
+                           std::vector<DraftNode>* tree) {
+    tree->clear();
+    return Status::Ok();
+  }
 
   // Drafters that sample from a distribution q (a draft model at a temperature above 0) return
   // true; the verifier then accepts draft[i] with probability min(1, p/q) and needs q:
@@ -50,9 +71,15 @@ class Drafter {
 // Prompt lookup (n-gram matching): finds the most recent earlier occurrence of the context's last
 // n tokens (n from max_ngram down to min_ngram) and proposes the tokens that followed it. Pays off
 // where the output copies from the input (extraction, editing, repetition). Allocates nothing.
+//
+// With max_branches > 1 it drafts a tree: the continuations of up to max_branches matches (longest
+// n-gram first, then the most recent) whose first tokens differ, each a branch from the root; when
+// there are several, the most recent match's branch gets about half the nodes and the others
+// share the rest.
 struct PromptLookupOptions {
   int32_t min_ngram = 2;
   int32_t max_ngram = 4;
+  int32_t max_branches = 1;
   Status Validate() const;
 };
 
@@ -61,6 +88,9 @@ class PromptLookupDrafter final : public Drafter {
   explicit PromptLookupDrafter(const PromptLookupOptions& options = {}) : options_(options) {}
   Status Draft(std::span<const int32_t> context, int32_t max_tokens,
                std::vector<int32_t>* draft) override;
+  bool branching() const override { return options_.max_branches > 1; }
+  Status DraftTree(std::span<const int32_t> context, int32_t max_tokens,
+                   std::vector<DraftNode>* tree) override;
 
  private:
   PromptLookupOptions options_;

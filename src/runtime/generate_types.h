@@ -73,6 +73,7 @@ struct GenerateResult {
   int32_t n_forced_tokens = 0;
   // With a drafter: verification passes, tokens drafted, drafted tokens kept.
   int32_t n_verify_passes = 0;
+  int32_t n_tree_passes = 0;  // of them, passes over a draft tree of several branches
   int32_t n_drafted = 0;
   int32_t n_draft_accepted = 0;
   int32_t n_plain_steps = 0;         // decode steps taken without a draft (auto, short drafts)

@@ -133,6 +133,19 @@ Status Session::Evaluate(std::span<const int32_t> tokens, std::span<const int32_
   return Forward(*model_, scratch_, *pool_, batch);
 }
 
+Status Session::EvaluateTree(std::span<const int32_t> tokens,
+                             std::span<const BatchSegment> segments, float* logits) {
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.segments = segments;
+  batch.output_rows = scratch_.rows(0, static_cast<int32_t>(tokens.size()));
+  batch.logits = logits;
+#if POCKET_FORWARD_TRACE
+  batch.trace = &trace_;
+#endif
+  return Forward(*model_, scratch_, *pool_, batch);
+}
+
 Status Session::EvaluateObserved(std::span<const int32_t> tokens, std::span<const int32_t> rows,
                                  float* logits, const Drafter& observer) {
   const std::span<const int32_t> layers = observer.target_layers();

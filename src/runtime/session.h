@@ -144,6 +144,10 @@ class Session {
   // (Drafter::target_layers) into spec_hidden_ ([layers, tokens, d_model]).
   Status EvaluateObserved(std::span<const int32_t> tokens, std::span<const int32_t> rows,
                           float* logits, const Drafter& observer);
+  // A draft tree's verification pass (speculative.cc): `tokens` at the end of the history in
+  // `segments` (a branch each), logits for every row.
+  Status EvaluateTree(std::span<const int32_t> tokens, std::span<const BatchSegment> segments,
+                      float* logits);
   // Append, handing each chunk's hidden states to `observer` when given (a block drafter).
   Status AppendObserved(std::span<const int32_t> tokens, float* all_logits,
                         const PrefillProgress& progress, Drafter* observer);
@@ -156,6 +160,8 @@ class Session {
   // false when it was cancelled (the result says so).
   StatusOr<bool> PrefillPrompt(std::span<const int32_t> prompt, const GenerateOptions& options,
                                GenerateResult* result);
+  // Cuts a draft tree where the constraint would not follow it (speculative.cc).
+  Status PruneTree(TokenStep& step, std::vector<DraftNode>* tree);
   // The decode loop of Generate with a drafter (speculative.cc).
   Status DecodeSpeculative(TokenStep& step, const GenerateOptions& options, GenerateResult* result);
   bool cancelled() const {
@@ -188,6 +194,13 @@ class Session {
   std::vector<float> spec_hidden_;     // hidden states for a block drafter (reused)
   std::vector<int32_t> spec_draft_;    // the draft (reused)
   std::vector<int32_t> spec_shadow_;   // a draft checked against plain decoding (reused)
+  // Draft trees (reused): the nodes, a branch's path tokens (legality checks), the batch's
+  // segments and their ancestor slots, the accepted nodes' slots.
+  std::vector<DraftNode> spec_tree_;
+  std::vector<int32_t> spec_path_;
+  std::vector<BatchSegment> spec_segments_;
+  std::vector<int32_t> spec_slots_;
+  std::vector<int32_t> spec_moved_;
   // The block drafter that has the hidden states of history_[0, hidden_synced_) (every cut of
   // the history lowers the count).
   const Drafter* hidden_drafter_ = nullptr;

@@ -77,8 +77,12 @@ void SpecPolicy::OnPlainStep(double us) {
 }
 
 void SpecPolicy::OnVerify(int32_t drafted, int32_t accepted, double us) {
+  OnVerify(drafted, accepted, accepted < drafted, us);
+}
+
+void SpecPolicy::OnVerify(int32_t drafted, int32_t accepted, bool rejected, double us) {
   ++n_verify_;
-  Observe(accepted, accepted < drafted ? 1.0 : 0.0);
+  Observe(accepted, rejected ? 1.0 : 0.0);
   if (plain_us_ > 0 && drafted > 0) {
     const double slope = std::max(0.0, (us / plain_us_ - 1.0) / drafted);
     slope_ = slope_ < 0 ? slope : slope_ * kDecay + slope * (1.0 - kDecay);

@@ -33,6 +33,9 @@ class SpecPolicy {
   // Measurements.
   void OnPlainStep(double us);
   void OnVerify(int32_t drafted, int32_t accepted, double us);
+  // A draft tree of `drafted` rows whose accepted path has `accepted` tokens; rejected: the path
+  // ended where the target chose a token no branch had (else the branch ran out).
+  void OnVerify(int32_t drafted, int32_t accepted, bool rejected, double us);
   void OnDraft(int32_t asked, double us);
   // A shadow draft of `drafted` tokens whose first `matched` equalled the decoded tokens
   // (matched < drafted: the next one differed).

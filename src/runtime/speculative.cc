@@ -25,6 +25,63 @@
 #include "runtime/token_step.h"
 
 namespace pocket {
+namespace {
+
+// The largest draft tree verified (a branch's path and rows must fit the forward's gathered tail:
+// model/forward.h, kTreeTailPositions).
+constexpr int32_t kMaxTreeNodes = 32;
+
+// Every node's parent is the node before it (a single branch).
+bool IsChain(std::span<const DraftNode> tree) {
+  for (size_t i = 0; i < tree.size(); ++i) {
+    if (tree[i].parent != static_cast<int32_t>(i) - 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Drops the nodes the constraint would not allow after their path (and after a stop token), with
+// their descendants; malformed trees (a parent not before its child) are cut at the first bad node.
+Status Session::PruneTree(TokenStep& step, std::vector<DraftNode>* tree) {
+  std::vector<DraftNode>& t = *tree;
+  int32_t remap[kMaxTreeNodes];  // old index -> new index (-1: dropped)
+  size_t n = std::min(t.size(), static_cast<size_t>(kMaxTreeNodes));
+  for (size_t i = 0; i < n; ++i) {
+    if (t[i].parent < -1 || t[i].parent >= static_cast<int32_t>(i)) n = i;
+  }
+  t.resize(n);
+  size_t out = 0;
+  for (size_t i = 0; i < n;) {
+    // A branch: nodes i.. while each one's parent is the node before.
+    size_t end = i + 1;
+    while (end < n && t[end].parent == static_cast<int32_t>(end) - 1) ++end;
+    const int32_t parent = t[i].parent;
+    size_t legal = 0;
+    if (parent < 0 || remap[parent] >= 0) {
+      spec_path_.clear();
+      for (int32_t a = parent; a >= 0; a = t[static_cast<size_t>(a)].parent)
+        spec_path_.push_back(t[static_cast<size_t>(a)].token);
+      std::reverse(spec_path_.begin(), spec_path_.end());
+      const size_t depth = spec_path_.size();
+      for (size_t j = i; j < end; ++j) spec_path_.push_back(t[j].token);
+      POCKET_ASSIGN_OR_RETURN(const size_t ok, step.LegalPrefix(spec_path_));
+      legal = ok > depth ? ok - depth : 0;
+    }
+    for (size_t j = i; j < end; ++j) {
+      if (j - i < legal) {
+        const int32_t p = t[j].parent;
+        remap[j] = static_cast<int32_t>(out);
+        t[out++] = {t[j].token, p < 0 ? -1 : remap[p]};
+      } else {
+        remap[j] = -1;
+      }
+    }
+    i = end;
+  }
+  t.resize(out);
+  return Status::Ok();
+}
 
 Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& options,
                                   GenerateResult* result) {
@@ -58,6 +115,19 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
   size_t shadow_pos = 0;  // the history slot of shadow[0]
   int32_t shadow_matched = 0;
   SpecPolicy policy(draft_max, draft_min, options.spec_auto);
+  // Draft trees: deterministic branching drafters without hidden states (the tree's rows are
+  // verified in one pass, each branch continuing its ancestors' slots: model/forward.h).
+  const bool tree_mode = drafter.branching() && !sampled && observer == nullptr;
+  const int32_t tree_max = std::min(draft_max, kMaxTreeNodes);
+  if (tree_mode) {
+    spec_tree_.reserve(static_cast<size_t>(tree_max));
+    spec_path_.reserve(static_cast<size_t>(tree_max) + 1);
+    spec_segments_.reserve(static_cast<size_t>(tree_max) + 1);
+    spec_slots_.reserve(static_cast<size_t>(tree_max) * static_cast<size_t>(tree_max + 1));
+    spec_moved_.reserve(static_cast<size_t>(tree_max));
+  }
+  std::vector<DraftNode>& tree = spec_tree_;
+  tree.clear();
 
   int32_t emitted = 0;
   // Takes a chosen token through Accept and the stop checks: the token, or -1 when generation
@@ -121,7 +191,18 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
       spec_context_.push_back(pending);
       const int32_t ask = verify_wanted ? k : k_cap;
       const Stopwatch draft_watch;
-      POCKET_RETURN_IF_ERROR(drafter.Draft(spec_context_, ask, &draft));
+      tree.clear();
+      if (verify_wanted && tree_mode) {
+        POCKET_RETURN_IF_ERROR(drafter.DraftTree(spec_context_, std::min(ask, tree_max), &tree));
+        if (static_cast<int32_t>(tree.size()) > ask) tree.clear();  // (a drafter's error)
+        POCKET_RETURN_IF_ERROR(PruneTree(step, &tree));
+        if (IsChain(tree)) {  // one branch: verified as a plain draft
+          for (const DraftNode& node : tree) draft.push_back(node.token);
+          tree.clear();
+        }
+      } else {
+        POCKET_RETURN_IF_ERROR(drafter.Draft(spec_context_, ask, &draft));
+      }
       const int64_t draft_us = draft_watch.elapsed_us();
       result->draft_us += draft_us;
       policy.OnDraft(ask, static_cast<double>(draft_us));
@@ -132,10 +213,100 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
         shadow_pos = base + 1;
         shadow_matched = 0;
         draft.clear();
-      } else {
+      } else if (tree.empty()) {
         POCKET_ASSIGN_OR_RETURN(const size_t legal, step.LegalPrefix(draft));
         draft.resize(legal);
       }
+    }
+    if (static_cast<int32_t>(tree.size()) >= draft_min && !tree.empty()) {
+      if (!shadow.empty()) {
+        policy.OnShadow(shadow_matched, shadow_matched);
+        shadow.clear();
+      }
+      if (cancelled()) {
+        result->stop_reason = StopReason::kCancelled;
+        return Status::Ok();
+      }
+      // Rows [pending, nodes...]: the first branch (pending and the nodes that follow it in a
+      // chain) in one segment, every other branch in a segment continuing its ancestors' slots.
+      spec_rows_.assign(1, pending);
+      for (const DraftNode& node : tree) spec_rows_.push_back(node.token);
+      spec_segments_.clear();
+      spec_slots_.clear();
+      const int32_t n_rows = static_cast<int32_t>(spec_rows_.size());
+      for (int32_t row = 0; row < n_rows;) {
+        int32_t end = row + 1;  // the branch runs while each node's parent is the node before
+        while (end < n_rows && tree[static_cast<size_t>(end - 1)].parent == end - 2) ++end;
+        BatchSegment seg{&kv_, row, end, static_cast<int32_t>(base) + row};
+        if (row > 0) {
+          // The ancestors' slots, from the pending token down to the branch's parent.
+          const size_t first = spec_slots_.size();
+          for (int32_t a = tree[static_cast<size_t>(row - 1)].parent; a >= 0;
+               a = tree[static_cast<size_t>(a)].parent) {
+            spec_slots_.push_back(static_cast<int32_t>(base) + 1 + a);
+          }
+          spec_slots_.push_back(static_cast<int32_t>(base));
+          std::reverse(spec_slots_.begin() + static_cast<std::ptrdiff_t>(first), spec_slots_.end());
+          seg.path_from = static_cast<int32_t>(base);
+          seg.path = std::span<const int32_t>(spec_slots_).subspan(first);
+        }
+        spec_segments_.push_back(seg);
+        row = end;
+      }
+      const Stopwatch watch;
+      POCKET_RETURN_IF_ERROR(EvaluateTree(spec_rows_, spec_segments_, spec_logits_.data()));
+      const double verify_us = static_cast<double>(watch.elapsed_us());
+      ++result->n_verify_passes;
+      ++result->n_tree_passes;
+      result->n_drafted += static_cast<int32_t>(tree.size());
+      // Walk from the root: the target chooses at each node (its row's logits follow the node's
+      // path), and the walk moves to the child with that token while there is one.
+      history_.push_back(pending);
+      spec_moved_.clear();
+      int32_t node = -1, accepted = 0, next = -1;
+      bool rejected = false;
+      for (;;) {
+        const std::span<const float> row(
+            spec_logits_.data() + static_cast<size_t>(node + 1) * static_cast<size_t>(vocab),
+            static_cast<size_t>(vocab));
+        POCKET_ASSIGN_OR_RETURN(const int32_t token, choose(row, history_.size()));
+        if (token < 0) break;
+        int32_t child = -1;
+        bool has_children = false;
+        for (int32_t c = node + 1; c < static_cast<int32_t>(tree.size()); ++c) {
+          if (tree[static_cast<size_t>(c)].parent != node) continue;
+          has_children = true;
+          if (tree[static_cast<size_t>(c)].token == token) {
+            child = c;
+            break;
+          }
+        }
+        if (child < 0) {
+          rejected = has_children;
+          next = token;
+          break;
+        }
+        history_.push_back(token);
+        spec_moved_.push_back(static_cast<int32_t>(base) + 1 + child);
+        node = child;
+        ++accepted;
+      }
+      // The accepted path's rows follow the pending token's slot (a no-op on the first branch).
+      kv_.MoveSlots(spec_moved_, static_cast<int32_t>(base) + 1);
+      const size_t kept = history_.size();
+      result->n_draft_accepted += accepted;
+      policy.OnVerify(static_cast<int32_t>(tree.size()), accepted, rejected, verify_us);
+      if (options.record_spec_steps) {
+        draft.clear();
+        for (const DraftNode& n : tree) draft.push_back(n.token);
+        result->spec_steps.push_back({draft, accepted});
+      }
+      Truncate(kept);
+      std::copy_n(spec_logits_.data() + static_cast<size_t>(node + 1) * static_cast<size_t>(vocab),
+                  vocab, logits_.data());
+      logits_at_ = kept;
+      pending = next;
+      continue;
     }
     if (static_cast<int32_t>(draft.size()) < draft_min || draft.empty()) {
       // A plain decode step.

@@ -645,8 +645,26 @@ int main(int argc, char** argv) {
           spec_r.n_drafted_tokens, spec_r.n_verify_passes);
     printf("spec lookup: %d passes, %d of %d drafted tokens accepted\n", spec_r.n_verify_passes,
            spec_r.n_accepted_draft_tokens, spec_r.n_drafted_tokens);
+    free(spec);
+    /* A draft tree of up to 4 branches: the same text again. */
+    sgp.draft_branches = 4;
+    sgp.draft_max = 8;
+    spec = run(session, story, &sgp, &spec_r);
+    CHECK(strcmp(plain->text, spec->text) == 0, "spec lookup with a tree changed the text:\n%s\n%s",
+          plain->text, spec->text);
+    CHECK(spec_r.n_tree_passes <= spec_r.n_verify_passes, "tree passes %d of %d",
+          spec_r.n_tree_passes, spec_r.n_verify_passes);
+    printf("spec lookup tree: %d passes (%d over trees), %d of %d drafted tokens accepted\n",
+           spec_r.n_verify_passes, spec_r.n_tree_passes, spec_r.n_accepted_draft_tokens,
+           spec_r.n_drafted_tokens);
     free(plain);
     free(spec);
+    sgp.draft_branches = 9;
+    st = pocket_generate(session, story, &sgp, NULL, NULL, NULL, &err);
+    CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "branches") != NULL,
+          "draft_branches 9 gave %d: %s", (int)st, err.message);
+    sgp.draft_branches = 1;
+    sgp.draft_max = 4;
     sgp.spec = "oracle";
     st = pocket_generate(session, story, &sgp, NULL, NULL, NULL, &err);
     CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "oracle") != NULL,

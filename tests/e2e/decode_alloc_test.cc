@@ -151,6 +151,17 @@ TEST_P(DecodeAllocTest, SpeculativeWithPromptLookup) {
   ExpectNoAllocationPerToken(t, 24);
 }
 
+TEST_P(DecodeAllocTest, SpeculativeWithADraftTree) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3, .max_branches = 4});
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 64;
+  o.drafter = &lookup;
+  const Trace t = GenerateTraced(*session_, o);
+  EXPECT_GT(t.result.n_tree_passes, 0);
+  ExpectNoAllocationPerToken(t, 24);
+}
+
 TEST_P(DecodeAllocTest, SpeculativeWithADraftModel) {
   for (float draft_temperature : {0.0f, 1.0f}) {
     for (bool automatic : {false, true}) {

@@ -63,6 +63,44 @@ class StubbornDrafter final : public Drafter {
   }
 };
 
+// A draft tree whose first branch is always wrong (StubbornDrafter's) and whose second is the
+// plain run's answer (ReplayDrafter's), with a third, shorter wrong branch: every accepted token
+// comes from a branch stored after another one, so its KV rows are moved after each pass.
+class SecondBranchDrafter final : public Drafter {
+ public:
+  SecondBranchDrafter(std::vector<int32_t> prompt, std::vector<int32_t> answer)
+      : replay_(std::move(prompt), std::move(answer)) {}
+  Status Draft(std::span<const int32_t> context, int32_t max_tokens,
+               std::vector<int32_t>* draft) override {
+    return replay_.Draft(context, max_tokens, draft);
+  }
+  bool branching() const override { return true; }
+  Status DraftTree(std::span<const int32_t> context, int32_t max_tokens,
+                   std::vector<DraftNode>* tree) override {
+    tree->clear();
+    POCKET_RETURN_IF_ERROR(replay_.Draft(context, max_tokens / 2, &right_));
+    const int32_t wrong_first = (context.back() + 1) % 512;
+    const int32_t first =
+        right_.empty() || right_[0] != wrong_first ? wrong_first : wrong_first + 1;
+    const int32_t n_wrong = max_tokens - static_cast<int32_t>(right_.size()) - 1;
+    for (int32_t i = 0; i < n_wrong; ++i) tree->push_back({i == 0 ? first : 5, i - 1});
+    for (size_t i = 0; i < right_.size(); ++i) {
+      const int32_t parent = i == 0 ? -1 : static_cast<int32_t>(tree->size()) - 1;
+      tree->push_back({right_[i], parent});
+    }
+    if (!right_.empty() && right_.size() > 1 && static_cast<int32_t>(tree->size()) < max_tokens) {
+      // A wrong sibling of the right branch's second token.
+      const int32_t parent = static_cast<int32_t>(tree->size() - right_.size());
+      tree->push_back({(right_[1] + 7) % 512, parent});
+    }
+    return Status::Ok();
+  }
+
+ private:
+  ReplayDrafter replay_;
+  std::vector<int32_t> right_;
+};
+
 const char* const kPrompts[] = {
     "Once upon a time",
     "Lily and Tom went to the park. Lily and Tom",
@@ -171,6 +209,72 @@ TEST_F(SpeculativeTest, EveryDrafterGivesTheSameTokens) {
     const Runs wrong = Both(*session_, prompt, o, &stubborn);
     ExpectSame(wrong, "stubborn k " + std::to_string(k));
   }
+}
+
+// Draft trees: prompt lookup with several branches, and a tree whose right branch is never the
+// first, give plain decoding's tokens (greedy and sampled); the right branch's rows are moved
+// into place, so every later token is still right.
+TEST_F(SpeculativeTest, DraftTreesArePlainDecoding) {
+  PromptLookupDrafter lookup({.min_ngram = 1, .max_ngram = 3, .max_branches = 4});
+  int32_t trees = 0, accepted = 0;
+  for (const char* prompt : kPrompts) {
+    GenerateOptions o;
+    o.sampling.temperature = 0.0f;
+    o.max_tokens = 96;
+    const Runs r = Both(*session_, prompt, o, &lookup);
+    ExpectSame(r, std::string("tree lookup: ") + prompt);
+    trees += r.spec.n_tree_passes;
+    accepted += r.spec.n_draft_accepted;
+  }
+  EXPECT_GT(trees, 0);
+  EXPECT_GT(accepted, 0);
+  for (uint64_t seed : {3u, 11u}) {
+    GenerateOptions o;
+    o.sampling.temperature = 0.9f;
+    o.sampling.seed = seed;
+    o.sampling.repetition_penalty = 1.1f;
+    o.max_tokens = 80;
+    ExpectSame(Both(*session_, kPrompts[1], o, &lookup), "tree seed " + std::to_string(seed));
+  }
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 64;
+  const std::string prompt = kPrompts[6];
+  session_->Reset();
+  auto plain = session_->Generate(prompt, o);
+  ASSERT_TRUE(plain.ok());
+  EncodeOptions enc;
+  enc.add_bos = model_->tokenizer()->spec().add_bos;
+  auto prompt_ids = model_->tokenizer()->Encode(prompt, enc);
+  ASSERT_TRUE(prompt_ids.ok());
+  SecondBranchDrafter second(*prompt_ids, plain->tokens);
+  for (int32_t k : {4, 8, 16}) {
+    o.draft_max = k;
+    const Runs r = Both(*session_, prompt, o, &second);
+    ExpectSame(r, "second branch k " + std::to_string(k));
+    EXPECT_GT(r.spec.n_tree_passes, 0);
+    // The right branch holds k / 2 tokens: about one pass per k / 2 + 1 tokens.
+    EXPECT_LE(r.spec.n_verify_passes, static_cast<int32_t>(plain->tokens.size()) / (k / 2 + 1) + 3);
+  }
+  // Budgets, stop strings and a constraint cut trees as they cut drafts.
+  for (int32_t budget : {1, 2, 5, 17}) {
+    GenerateOptions b;
+    b.sampling.temperature = 0.0f;
+    b.max_tokens = budget;
+    ExpectSame(Both(*session_, kPrompts[4], b, &lookup), "tree budget " + std::to_string(budget));
+  }
+  GenerateOptions stop;
+  stop.sampling.temperature = 0.0f;
+  stop.max_tokens = 120;
+  stop.stop_strings = {"ball", "."};
+  ExpectSame(Both(*session_, kPrompts[4], stop, &lookup), "tree stop strings");
+  auto regex = MakeRegexConstraint(*model_->tokenizer(), "( ?[a-z]+){1,12}\\.");
+  ASSERT_TRUE(regex.ok()) << regex.status().ToString();
+  GenerateOptions constrained;
+  constrained.sampling.temperature = 0.0f;
+  constrained.max_tokens = 40;
+  constrained.constraint = regex->get();
+  ExpectSame(Both(*session_, kPrompts[3], constrained, &lookup), "tree regex");
 }
 
 TEST_F(SpeculativeTest, StopStringsBudgetsAndConstraints) {
