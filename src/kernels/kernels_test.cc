@@ -3,6 +3,7 @@
 // must be bit-identical; attention and SiLU (exp approximations) within a stated tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -588,6 +589,70 @@ TEST_P(KernelsTest, AttentionWithinTolerance) {
             }
           }
         }
+    }
+  }
+}
+
+// A view whose later blocks live in a separate tail (KvHeadView::tail_block: a draft tree's
+// gathered rows) gives bit for bit what the same rows give in place; the region the tail replaces
+// is never read (filled with NaN here).
+TEST_P(KernelsTest, AttentionThroughATailIsTheSameAsInPlace) {
+  const KernelTable& k = *GetParam();
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kQ8}) {
+    for (int32_t hd : {8, 64, 128}) {
+      const int32_t n_q_heads = 3;
+      const int64_t n_ctx = 64, pos0 = 37, n_tokens = 9;  // tokens at positions 37..45
+      const int64_t eb = static_cast<int64_t>(KvElementBytes(type));
+      const size_t plane = static_cast<size_t>(n_ctx * hd * eb);
+      std::vector<uint8_t> kbuf(plane), vbuf(plane);
+      std::vector<float> ks(n_ctx), vs(n_ctx);
+      KvHeadView kv{type, hd, kbuf.data(), vbuf.data(), ks.data(), vs.data()};
+      std::vector<float> keys = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 3, 2.0f);
+      std::vector<float> vals = Random(static_cast<size_t>((pos0 + n_tokens) * hd), 4);
+      reference::KvStore(kv, 0, pos0 + n_tokens, keys.data(), hd, vals.data(), hd);
+      // Blocks 2 and 3 (positions 32..63) moved to a tail; their place in the cache poisoned.
+      const int64_t tail_block = 2, n_tail = 2;
+      const size_t tail_bytes = static_cast<size_t>(n_tail * 16 * hd * eb);
+      std::vector<uint8_t> tk(tail_bytes), tv(tail_bytes);
+      std::vector<float> tks(n_tail * 16), tvs(n_tail * 16);
+      std::memcpy(tk.data(), kbuf.data() + tail_block * 16 * hd * eb, tail_bytes);
+      std::memcpy(tv.data(), vbuf.data() + tail_block * 16 * hd * eb, tail_bytes);
+      std::memcpy(tks.data(), ks.data() + tail_block * 16, tks.size() * sizeof(float));
+      std::memcpy(tvs.data(), vs.data() + tail_block * 16, tvs.size() * sizeof(float));
+      const int64_t ld = n_q_heads * hd;
+      std::vector<float> q = Random(static_cast<size_t>(n_tokens * ld), 6, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n_tokens * ld)), got(want.size());
+      std::vector<float> scratch(static_cast<size_t>(AttentionScratchFloats(n_q_heads, hd)));
+      AttentionTask task{q.data(),  ld,   want.data(), ld,       kv,
+                         n_q_heads, pos0, 0,           n_tokens, 1.0f / std::sqrt(float(hd))};
+      k.attention(task, scratch.data());
+      std::vector<uint8_t> poisoned_k = kbuf, poisoned_v = vbuf;
+      std::vector<float> poisoned_ks = ks, poisoned_vs = vs;
+      if (type == KvType::kF32) {
+        const float nan = std::nanf("");
+        for (size_t i = static_cast<size_t>(tail_block * 16 * hd); i < plane / 4; ++i) {
+          std::memcpy(poisoned_k.data() + 4 * i, &nan, 4);
+          std::memcpy(poisoned_v.data() + 4 * i, &nan, 4);
+        }
+      } else {
+        std::fill(poisoned_k.begin() + tail_block * 16 * hd * eb, poisoned_k.end(), 0x7f);
+        std::fill(poisoned_v.begin() + tail_block * 16 * hd * eb, poisoned_v.end(), 0x7f);
+      }
+      std::fill(poisoned_ks.begin() + tail_block * 16, poisoned_ks.end(), std::nanf(""));
+      std::fill(poisoned_vs.begin() + tail_block * 16, poisoned_vs.end(), std::nanf(""));
+      task.kv = KvHeadView{
+          type, hd, poisoned_k.data(), poisoned_v.data(), poisoned_ks.data(), poisoned_vs.data()};
+      task.kv.tail_block = tail_block;
+      task.kv.tail_k = tk.data();
+      task.kv.tail_v = tv.data();
+      task.kv.tail_k_scale = tks.data();
+      task.kv.tail_v_scale = tvs.data();
+      task.out = got.data();
+      k.attention(task, scratch.data());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(want[i], got[i])
+            << k.name << " kv " << KvTypeName(type) << " hd " << hd << " output " << i;
+      }
     }
   }
 }

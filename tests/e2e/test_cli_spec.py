@@ -86,6 +86,20 @@ class CliSpecTest(unittest.TestCase):
                         self.assertGreater(out["verify_passes"], 0)
                         self.assertEqual(out["accepted_draft_tokens"], out["drafted_tokens"])
 
+    def test_draft_trees_give_the_plain_tokens(self):
+        # Prompt lookup with up to 4 branches: trees where earlier text continued differently.
+        trees = 0
+        for prompt in PROMPTS:
+            plain = run_json(self.target, prompt)
+            with self.subTest(prompt=prompt):
+                out = run_json(self.target, prompt, "--spec", "lookup", "--draft-branches", "4")
+                self.assertEqual(out["tokens"], plain["tokens"])
+                self.assertLessEqual(out["tree_passes"], out["verify_passes"])
+                self.assertEqual(sum(len(s["drafted"]) for s in out["spec_steps"]),
+                                 out["drafted_tokens"])
+                trees += out["tree_passes"]
+        self.assertGreater(trees, 0)
+
     def test_a_package_with_a_drafter_speculates_by_default(self):
         packaged = work_path("spec-stories-with-drafter.pocket")
         if not os.path.exists(packaged):
@@ -163,6 +177,7 @@ class CliSpecTest(unittest.TestCase):
             (["--spec", "lookup", "--draft-min", "9"], "--draft-min"),
             (["--spec", f"draft:{self.target}", "--draft-p-min", "1.5"], "--draft-p-min"),
             (["--spec", "draft:"], "draft:"),
+            (["--spec", "lookup", "--draft-branches", "9"], "--draft-branches"),
         ]
         for args, needle in cases:
             with self.subTest(args=args):
