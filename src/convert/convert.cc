@@ -100,32 +100,38 @@ void ReadRow(const Linear& l, int64_t r, float* out) {
   }
 }
 
-// A logical matrix made of parts: rows concatenated, or two parts with interleaved panels.
+// A logical matrix made of parts: rows concatenated, or two parts with interleaved panels; or a
+// piece of one fused matrix read back from a package: rows [first, first + count) of it (Q, K or V
+// of attn_qkv), or (half 0 or 1) the gate or up rows of a matrix whose panels interleave them.
 struct Source {
   std::vector<const Linear*> parts;
   bool interleave = false;
+  int64_t first = 0;
+  int64_t count = -1;
+  int32_t half = -1;
   int64_t rows() const {
+    if (count >= 0) return count;
+    if (half >= 0) return parts[0]->rows() / 2;
     int64_t n = 0;
     for (const Linear* p : parts) n += p->rows();
     return n;
   }
   int64_t cols() const { return parts[0]->cols(); }
   void Row(int64_t r, float* out) const {
-    if (interleave) {
-      const int64_t panel = r / kPanelRows, lane = r % kPanelRows;
-      ReadRow(*parts[static_cast<size_t>(panel % 2)], (panel / 2) * kPanelRows + lane, out);
-      return;
-    }
-    for (const Linear* p : parts) {
-      if (r < p->rows()) {
-        ReadRow(*p, r, out);
-        return;
-      }
-      r -= p->rows();
-    }
+    int64_t local = 0;
+    const Linear& part = Locate(r, &local);
+    ReadRow(part, local, out);
   }
   // The part holding logical row r, and the row's index in it.
   const Linear& Locate(int64_t r, int64_t* local) const {
+    if (half >= 0) {
+      *local = ((r / kPanelRows) * 2 + half) * kPanelRows + r % kPanelRows;
+      return *parts[0];
+    }
+    if (count >= 0) {
+      *local = first + r;
+      return *parts[0];
+    }
     if (interleave) {
       const int64_t panel = r / kPanelRows, lane = r % kPanelRows;
       *local = (panel / 2) * kPanelRows + lane;
@@ -567,16 +573,23 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     const LayerWeights& l = w.layers[static_cast<size_t>(i)];
     auto name = [i](const char* s) { return StrCat("blk.", i, ".", s); };
     POCKET_RETURN_IF_ERROR(vector(name("attn_norm.weight"), l.attn_norm, d));
+    // A package read back holds Q/K/V and gate/up fused: its pieces are read from the fused ones.
+    const bool qkv_in = l.qkv.present(), gate_up_in = l.gate_up.present();
+    const int64_t qd = c.q_dim(), kvd = c.kv_dim();
     if (packed && c.q_dim() % kPanelRows == 0 && c.kv_dim() % kPanelRows == 0) {
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("attn_qkv.weight"),
-                                            {{&l.wq, &l.wk, &l.wv}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("attn_qkv.weight"),
+          qkv_in ? Source{{&l.qkv}} : Source{{&l.wq, &l.wk, &l.wv}}, body, "attention"));
     } else {
-      POCKET_RETURN_IF_ERROR(
-          conv.AddMatrix(writer, name("attn_q.weight"), {{&l.wq}}, body, "attention"));
-      POCKET_RETURN_IF_ERROR(
-          conv.AddMatrix(writer, name("attn_k.weight"), {{&l.wk}}, body, "attention"));
-      POCKET_RETURN_IF_ERROR(
-          conv.AddMatrix(writer, name("attn_v.weight"), {{&l.wv}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("attn_q.weight"), qkv_in ? Source{{&l.qkv}, false, 0, qd} : Source{{&l.wq}},
+          body, "attention"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("attn_k.weight"),
+          qkv_in ? Source{{&l.qkv}, false, qd, kvd} : Source{{&l.wk}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("attn_v.weight"),
+          qkv_in ? Source{{&l.qkv}, false, qd + kvd, kvd} : Source{{&l.wv}}, body, "attention"));
     }
     if (c.qkv_bias) {
       POCKET_RETURN_IF_ERROR(vector(name("attn_q.bias"), l.bq, c.q_dim()));
@@ -591,13 +604,15 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
         conv.AddMatrix(writer, name("attn_output.weight"), {{&l.wo}}, body, "attention"));
     POCKET_RETURN_IF_ERROR(vector(name("ffn_norm.weight"), l.ffn_norm, d));
     if (packed && c.d_ff % kPanelRows == 0) {
-      Source gu{{&l.w_gate, &l.w_up}, true};
+      const Source gu = gate_up_in ? Source{{&l.gate_up}} : Source{{&l.w_gate, &l.w_up}, true};
       POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("ffn_gate_up.weight"), gu, body, "ffn"));
     } else {
-      POCKET_RETURN_IF_ERROR(
-          conv.AddMatrix(writer, name("ffn_gate.weight"), {{&l.w_gate}}, body, "ffn"));
-      POCKET_RETURN_IF_ERROR(
-          conv.AddMatrix(writer, name("ffn_up.weight"), {{&l.w_up}}, body, "ffn"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("ffn_gate.weight"),
+          gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 0} : Source{{&l.w_gate}}, body, "ffn"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
+          writer, name("ffn_up.weight"),
+          gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 1} : Source{{&l.w_up}}, body, "ffn"));
     }
     POCKET_RETURN_IF_ERROR(
         conv.AddMatrix(writer, name("ffn_down.weight"), {{&l.w_down}}, body, "ffn"));

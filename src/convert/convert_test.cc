@@ -198,6 +198,58 @@ TEST(ConvertTest, QatQ4_1OnAG64GridConvertsLosslessly) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)));
 }
 
+// A package is an input too: its fused Q/K/V and gate/up matrices are read back, fused again
+// (int8 -> int8) or split into their parts (int8 -> f32, exactly the package's values).
+TEST(ConvertTest, APackageReadBackConvertsAgain) {
+  const std::string gguf = MakeGguf("reconvert.gguf", Tiny(), DType::kF32);
+  const std::string a_path = WorkDir() + "/reconvert-int8.pocket";
+  const std::string b_path = WorkDir() + "/reconvert-f32.pocket";
+  const std::string c_path = WorkDir() + "/reconvert-int8-again.pocket";
+  Convert(gguf, a_path, "int8", 64);
+  Convert(a_path, b_path, "f32", 64);
+  Convert(a_path, c_path, "int8", 64);
+  auto a = Load(a_path);
+  auto b = Load(b_path);
+  auto c = Load(c_path);
+  ASSERT_TRUE(a && b && c);
+  const ModelConfig& cfg = a->config();
+  const int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim();
+  std::vector<float> x(static_cast<size_t>(std::max(cfg.d_model, cfg.d_ff))), y(x.size());
+  for (size_t i = 0; i < a->weights().layers.size(); ++i) {
+    const LayerWeights& la = a->weights().layers[i];
+    const LayerWeights& lb = b->weights().layers[i];
+    ASSERT_TRUE(la.qkv.present() && la.gate_up.present());
+    ASSERT_FALSE(lb.qkv.present() || lb.gate_up.present());
+    auto same = [&](const Linear& fused, int64_t fused_row, const Linear& part, int64_t row,
+                    const char* what) {
+      Row(fused, fused_row, x.data());
+      Row(part, row, y.data());
+      ASSERT_EQ(0, std::memcmp(x.data(), y.data(), static_cast<size_t>(part.cols()) * 4))
+          << "layer " << i << " " << what << " row " << row;
+    };
+    for (int64_t r = 0; r < qd; ++r) same(la.qkv, r, lb.wq, r, "q");
+    for (int64_t r = 0; r < kvd; ++r) same(la.qkv, qd + r, lb.wk, r, "k");
+    for (int64_t r = 0; r < kvd; ++r) same(la.qkv, qd + kvd + r, lb.wv, r, "v");
+    for (int64_t r = 0; r < cfg.d_ff; ++r) {
+      const int64_t fused = ((r / kPanelRows) * 2) * kPanelRows + r % kPanelRows;
+      same(la.gate_up, fused, lb.w_gate, r, "gate");
+      same(la.gate_up, fused + kPanelRows, lb.w_up, r, "up");
+    }
+  }
+  // Fused again: the package runs and its logits stay close to the first package's.
+  const std::vector<int32_t> prompt = RandomIds(cfg.vocab_size, 12, 5);
+  std::vector<float> la, lc;
+  Greedy(a, prompt, 1, &la);
+  Greedy(c, prompt, 1, &lc);
+  ASSERT_EQ(la.size(), lc.size());
+  float max_abs = 0.0f, max_diff = 0.0f;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(la[i]));
+    max_diff = std::max(max_diff, std::fabs(la[i] - lc[i]));
+  }
+  EXPECT_LT(max_diff, 0.05f * max_abs);
+}
+
 TEST(ConvertTest, QuantizedInputsKeepTheirCodesWhereTheLayoutAllows) {
   struct Case {
     DType type;
