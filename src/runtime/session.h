@@ -71,7 +71,10 @@ class Session {
            (logits_.capacity() + score_logits_.capacity() + hidden_.capacity() +
             masked_.capacity() + spec_logits_.capacity() + spec_hidden_.capacity()) *
                sizeof(float) +
-           mask_bits_.capacity() * sizeof(uint64_t);
+           mask_bits_.capacity() * sizeof(uint64_t) + spec_tree_.capacity() * sizeof(DraftNode) +
+           (spec_slots_.capacity() + spec_path_.capacity() + spec_moved_.capacity()) *
+               sizeof(int32_t) +
+           spec_segments_.capacity() * sizeof(BatchSegment);
   }
   // Tokens whose keys and values are in the cache, in order.
   std::span<const int32_t> history() const { return history_; }
