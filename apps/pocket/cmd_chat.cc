@@ -95,6 +95,7 @@ Command AddChatCommand(CLI::App& root) {
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
+            if (Status a = ApplyAdapters(s, **model, flags->engine); !a.ok()) return ReportError(a);
             const Tokenizer& tok = *(*model)->tokenizer();
             std::vector<ChatMessage> messages;
             if (!flags->system.empty()) messages.push_back({"system", flags->system});

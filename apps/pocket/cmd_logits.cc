@@ -24,6 +24,7 @@ Command AddLogitsCommand(CLI::App& root) {
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "model file or directory")->required();
   f->engine.Register(app);
+  f->engine.RegisterLora(app);
   app->add_option("--ids", f->ids, "comma-separated token ids, e.g. 1,2,3")->required();
   app->add_flag("--all", f->all, "logits of every position, not only the last");
   app->add_option("--decode-from", f->decode_from,
@@ -76,6 +77,7 @@ Command AddLogitsCommand(CLI::App& root) {
         }
         auto session = Session::Create(*model, so);
         if (!session.ok()) return ReportError(session.status());
+        if (Status s = ApplyAdapters(**session, **model, f->engine); !s.ok()) return ReportError(s);
 #if POCKET_FORWARD_TRACE
         // name -> (columns, rows so far): chunks append their rows.
         auto traced =

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "base/mapped_file.h"
 #include "base/output_file.h"
 #include "common.h"
+#include "model/adapter.h"
 #include "model/dflash.h"
 #include "model/synthetic.h"
 
@@ -203,6 +205,96 @@ Command AddMakeModelCommand(CLI::App& root) {
             std::fprintf(stderr, "pocket: wrote %s (%s, %s weights, seed %llu)\n", f->out.c_str(),
                          o.config.ToString().c_str(), f->type.c_str(),
                          static_cast<unsigned long long>(o.seed));
+            return 0;
+          }};
+}
+
+Command AddMakeAdapterCommand(CLI::App& root) {
+  auto* app = root.add_subcommand(
+      "make-adapter",
+      "write a synthetic LoRA adapter for a model, as a PEFT directory (adapter_config.json + "
+      "adapter_model.safetensors)");
+  struct Flags {
+    std::string model, targets = "q,k,v,o,gate,up,down", type = "f32", out;
+    std::vector<std::string> layer_ranks;
+    int32_t rank = 16;
+    double alpha = 0.0;
+    bool rslora = false;
+    float init = 0.5f;
+    uint64_t seed = 1;
+  };
+  auto f = std::make_shared<Flags>();
+  app->add_option("-m,--model", f->model, "the base model the adapter is for")->required();
+  app->add_option("--rank", f->rank, "rank r of every factor pair")->capture_default_str();
+  app->add_option("--alpha", f->alpha, "lora_alpha (default: 2 x rank)");
+  app->add_flag("--rslora", f->rslora, "rank-stabilized scaling: alpha / sqrt(r) (use_rslora)");
+  app->add_option("--targets", f->targets, "projections to adapt: q,k,v,o,gate,up,down")
+      ->capture_default_str();
+  app->add_option("--layer-rank", f->layer_ranks,
+                  "LAYER:RANK, another rank for one layer (written as rank_pattern; repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--type", f->type, "factor type: f32, f16 or bf16")->capture_default_str();
+  app->add_option("--init", f->init, "lora_B values are uniform in +-init/sqrt(rank)")
+      ->capture_default_str();
+  app->add_option("--seed", f->seed, "random seed")->capture_default_str();
+  app->add_option("-o,--output", f->out, "output directory (created)")->required();
+  SetExamples(app, {"pocket make-adapter -m model.pocket --rank 16 -o task-lora",
+                    "pocket make-adapter -m model.gguf --rank 8 --targets q,v --rslora --seed 3 -o "
+                    "qv-lora",
+                    "pocket make-adapter -m model.gguf --rank 4 --layer-rank 0:8 --type bf16 -o "
+                    "mixed-lora"});
+  return {app, [=]() -> int {
+            SyntheticAdapterOptions o;
+            o.rank = f->rank;
+            o.alpha = f->alpha > 0 ? f->alpha : 2.0 * f->rank;
+            o.rslora = f->rslora;
+            o.init = f->init;
+            o.seed = f->seed;
+            if (f->rank < 1)
+              return ReportUsageError(StrCat("--rank ", f->rank, " (expected >= 1)"));
+            if (!ParseDType(f->type, &o.type) ||
+                (o.type != DType::kF32 && o.type != DType::kF16 && o.type != DType::kBF16)) {
+              return ReportUsageError(
+                  StrCat("--type ", QuoteBytes(f->type), " (expected f32, f16 or bf16)"));
+            }
+            for (const std::string& name : SplitString(f->targets, ',')) {
+              LoraTarget t{};
+              if (!ParseLoraTarget(name, &t)) {
+                return ReportUsageError(StrCat("--targets: unknown projection ", QuoteBytes(name),
+                                               " (expected q, k, v, o, gate, up, down)"));
+              }
+              o.targets.push_back(t);
+            }
+            LoadOptions lo;
+            lo.repack = false;
+            lo.huge_pages = false;
+            auto model = Model::Load(f->model, lo);
+            if (!model.ok()) return ReportError(model.status());
+            o.base = (*model)->config();
+            for (const std::string& lr : f->layer_ranks) {
+              const size_t colon = lr.find(':');
+              int32_t layer = -1, rank = 0;
+              auto parse = [](std::string_view text, int32_t* v) {
+                const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *v);
+                return ec == std::errc() && p == text.data() + text.size() && !text.empty();
+              };
+              if (colon == std::string::npos ||
+                  !parse(std::string_view(lr).substr(0, colon), &layer) ||
+                  !parse(std::string_view(lr).substr(colon + 1), &rank) || layer < 0 ||
+                  layer >= o.base.n_layers || rank < 1) {
+                return ReportUsageError(StrCat("--layer-rank ", QuoteBytes(lr),
+                                               " (expected LAYER:RANK, a layer below ",
+                                               o.base.n_layers, " and a rank >= 1)"));
+              }
+              o.layer_ranks.emplace_back(layer, rank);
+            }
+            o.input_paths = {f->model};
+            if (!IsDirectory(f->out) && ::mkdir(f->out.c_str(), 0755) != 0) {
+              return ReportError(IoError("cannot create directory ", f->out));
+            }
+            if (Status s = WriteSyntheticAdapter(o, f->out); !s.ok()) return ReportError(s);
+            std::printf("wrote %s (rank %d, targets %s, %s)\n", f->out.c_str(), o.rank,
+                        f->targets.c_str(), f->type.c_str());
             return 0;
           }};
 }

@@ -275,6 +275,7 @@ Command AddRunCommand(CLI::App& root) {
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
+            if (Status a = ApplyAdapters(s, **model, flags->engine); !a.ok()) return ReportError(a);
             watcher.Cancel(&s);
 
             StatusOr<GenerateResult> result = GenerateResult();
@@ -297,6 +298,7 @@ Command AddRunCommand(CLI::App& root) {
             const int exit_code = cancelled ? kInterruptedExitCode : 0;
             if (f->json) {
               nlohmann::json j = ResultJson(*result, **model);
+              if (!s.adapters().empty()) j["adapters"] = AdaptersJson(s.adapters());
               if (prepared->choose_best() && choice.chosen >= 0) {
                 j["choice"] = {{"index", choice.chosen}};
                 nlohmann::json ranked = nlohmann::json::array();

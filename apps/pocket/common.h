@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <initializer_list>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/log.h"
 #include "base/status.h"
 #include "kernels/select.h"
+#include "model/adapter.h"
 #include "model/model.h"
 #include "runtime/session.h"
 
@@ -34,6 +37,7 @@ Command AddConvertCommand(CLI::App& root);
 Command AddVerifyCommand(CLI::App& root);
 Command AddPruneVocabCommand(CLI::App& root);
 Command AddScoreCommand(CLI::App& root);
+Command AddMakeAdapterCommand(CLI::App& root);
 
 // Runtime errors (a file that does not load, a generation that fails): prints
 // "pocket: error: <message>" to stderr and returns 1.
@@ -58,10 +62,20 @@ struct EngineFlags {
   bool no_repack = false;
   bool verbose = false;
   CLI::Option* ctx_option = nullptr;  // to tell a -c the user gave from the default
+  std::vector<std::string> lora;      // --lora FILE|DIR[:SCALE], repeatable
 
   void Register(CLI::App* app);
+  // --lora, for the commands that apply adapters.
+  void RegisterLora(CLI::App* app);
   StatusOr<SessionOptions> Session() const;
 };
+
+// The adapters --lora names, loaded for `model` (empty when none).
+StatusOr<AdapterSet> LoadAdapters(const Model& model, const EngineFlags& flags);
+// Loads them and makes them the session's set.
+Status ApplyAdapters(Session& session, const Model& model, const EngineFlags& flags);
+// The set as --json reports it: [{"path", "format", "scale", "rank", "targets"}].
+nlohmann::json AdaptersJson(const AdapterSet& set);
 
 StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path, const EngineFlags& flags);
 // Engine defaults with only a tokenizer override (for commands that do not run the model).

@@ -9,6 +9,7 @@ void GenerationFlags::Register(CLI::App* app) {
                   "the model: .pocket package, GGUF file, Hugging Face directory or llama2.c .bin")
       ->required();
   engine.Register(app);
+  engine.RegisterLora(app);
   app->add_option("-n,--n-predict", n_predict,
                   "tokens to generate at most; -1: until end of text or a full context")
       ->capture_default_str();

@@ -55,6 +55,45 @@ void EngineFlags::Register(CLI::App* app) {
   app->add_flag("-v,--verbose", verbose, "log loading details to stderr");
 }
 
+void EngineFlags::RegisterLora(CLI::App* app) {
+  app->add_option("--lora", lora,
+                  "LoRA adapter: a PEFT directory (adapter_config.json + "
+                  "adapter_model.safetensors), optionally :SCALE (default 1); repeatable, the "
+                  "adapters' terms add up")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+StatusOr<AdapterSet> LoadAdapters(const Model& model, const EngineFlags& flags) {
+  AdapterSet set;
+  for (const std::string& arg : flags.lora) {
+    std::string path;
+    float scale = 1.0f;
+    POCKET_RETURN_IF_ERROR(ParseAdapterArg(arg, &path, &scale));
+    POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> a, LoraAdapter::Load(path, model));
+    set.push_back({std::move(a), scale});
+  }
+  return set;
+}
+
+Status ApplyAdapters(Session& session, const Model& model, const EngineFlags& flags) {
+  if (flags.lora.empty()) return Status::Ok();
+  POCKET_ASSIGN_OR_RETURN(AdapterSet set, LoadAdapters(model, flags));
+  return session.SetAdapters(std::move(set));
+}
+
+nlohmann::json AdaptersJson(const AdapterSet& set) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const AdapterUse& u : set) {
+    out.push_back({{"path", u.adapter->path()},
+                   {"format", u.adapter->format()},
+                   {"scale", u.scale},
+                   {"max_rank", u.adapter->max_rank()},
+                   {"targets", u.adapter->targets()},
+                   {"bytes", u.adapter->bytes()}});
+  }
+  return out;
+}
+
 StatusOr<SessionOptions> EngineFlags::Session() const {
   SessionOptions o;
   o.n_threads = n_threads;
@@ -151,6 +190,7 @@ int main(int argc, char** argv) {
       AddBenchCommand(app),      AddConvertCommand(app), AddVerifyCommand(app),
       AddPruneVocabCommand(app), AddScoreCommand(app)};
   commands.push_back(AddDrafterLogitsCommand(app));
+  commands.push_back(AddMakeAdapterCommand(app));
   // After the subcommands: a footer set earlier would be inherited by each of them.
   SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
                      "pocket chat -m model.pocket",

@@ -37,6 +37,10 @@ ConfigValue ToConfigValue(const Json& v) {
     }
   } else {
     c.kind = ConfigValue::Kind::kObject;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      ++c.object_size;
+      if (it.value().is_number()) c.numbers.emplace_back(it.key(), it.value().get<double>());
+    }
   }
   return c;
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -25,7 +26,11 @@ struct ConfigValue {
   std::vector<int64_t> ints;         // integer arrays (eos_token_id: [1, 2])
   std::vector<std::string> strings;  // the string elements of arrays (classifier_labels)
   size_t array_size = 0;             // elements of an array, of any type
-  std::string json;                  // compact JSON text of the value (for messages)
+  // The numeric members of an object (rank_pattern: {"q_proj": 8}), in the file's order;
+  // object_size counts members of any type.
+  std::vector<std::pair<std::string, double>> numbers;
+  size_t object_size = 0;
+  std::string json;  // compact JSON text of the value (for messages)
 };
 
 class HfDirectory {

@@ -19,6 +19,7 @@ struct Pass {
   int32_t n_rows;
   // The kernel-form runs of the current stage (the layers', then the output matrix's).
   std::span<const ForwardScratch::FormRun> runs;
+  bool any_adapters = false;  // some segment has adapters (ForwardScratch::row_adapters)
 
   ForwardScratch& s() const { return ctx.s; }
   ThreadPool& pool() const { return ctx.pool; }
@@ -31,9 +32,13 @@ struct Pass {
   }
 };
 
+bool HasAdapters(const AdapterSet* set) {
+  return set != nullptr && !set->empty();
+}
+
 // out = W · norm?(x) for every row of the stage, each run of rows in its form.
-void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
-             const GemmOut& out) {
+void ProjectPlain(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
+                  const GemmOut& out) {
   if (!l.packed) {  // the dense path has one form: every row at once
     ProjectDense(p.ctx, l, x, ldx, p.runs.back().row_end, norm, out);
     return;
@@ -50,6 +55,73 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles);
     }
   }
+}
+
+// The same with the adapters' low-rank term of `lora` added before the epilogue, for the rows
+// whose segment has adapters: chunks of up to kLoraChunkRows rows (the delta buffer's size), each
+// in its run's form; a chunk without adapters runs as it would with none at all.
+void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
+             const GemmOut& out, const LoraTerm& lora) {
+  if (!p.any_adapters) {
+    ProjectPlain(p, l, x, ldx, norm, out);
+    return;
+  }
+  ForwardScratch& s = p.s();
+  const int64_t cols = l.cols();
+  ForwardScratch::FormRun all{0, p.runs.back().row_end, false};
+  const std::span<const ForwardScratch::FormRun> runs =
+      l.packed ? p.runs : std::span<const ForwardScratch::FormRun>(&all, 1);
+  for (const ForwardScratch::FormRun& run : runs) {
+    for (int32_t c0 = run.row_begin; c0 < run.row_end; c0 += ForwardScratch::kLoraChunkRows) {
+      const int32_t c1 = std::min(run.row_end, c0 + ForwardScratch::kLoraChunkRows);
+      const int64_t n = c1 - c0;
+      bool any = false;
+      for (int32_t t = c0; t < c1; ++t) any |= HasAdapters(s.row_adapters[static_cast<size_t>(t)]);
+      GemmOut part = out;
+      part.y += c0 * out.ld;
+      const float* xr = x + c0 * ldx;
+      if (any) {
+        part.add = s.lora_delta;
+        part.ld_add = lora.width;
+      }
+      if (any && n == 1 && l.packed) {
+        ProjectOneRow(p.ctx, l, xr, ldx, norm, part, &lora,
+                      s.row_adapters[static_cast<size_t>(c0)]);
+        continue;
+      }
+      if (any) {
+        p.pool().ParallelFor(n, [&](int64_t b, int64_t e, int thread) {
+          float* ts = s.lora_scratch(thread);
+          for (int64_t i = b; i < e; ++i) {
+            const AdapterSet* set = s.row_adapters[static_cast<size_t>(c0 + i)];
+            float* delta = s.lora_delta + i * lora.width;
+            if (!HasAdapters(set)) {
+              std::memset(delta, 0, static_cast<size_t>(lora.width) * sizeof(float));
+              continue;
+            }
+            LoraMids(p.ctx, lora, *set, xr + i * ldx, norm, cols, ts);
+            LoraDelta(p.ctx, lora, *set, 0, lora.width, ts, cols, delta);
+          }
+        });
+      }
+      if (!l.packed) {
+        ProjectDense(p.ctx, l, xr, ldx, n, norm, part);
+      } else if (n == 1) {
+        ProjectOneRow(p.ctx, l, xr, ldx, norm, part);
+      } else {
+        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles);
+      }
+    }
+  }
+}
+
+LoraTerm OneTarget(int32_t layer, LoraTarget t, int64_t rows) {
+  LoraTerm term;
+  term.layer = layer;
+  term.parts[0] = {t, 0, rows};
+  term.n_parts = 1;
+  term.width = rows;
+  return term;
 }
 
 // Runs of consecutive rows sharing a form, from per-segment row counts: a segment takes the tile
@@ -86,6 +158,19 @@ Status CheckBatch(const Model& model, const ForwardScratch& s, const ForwardBatc
       return InvalidArgumentError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
                                   ") hides slots [", seg.hidden_begin, ", ", seg.hidden_end,
                                   ") that do not end before its first slot ", seg.kv_pos);
+    }
+    if (HasAdapters(seg.adapters)) {
+      for (const AdapterUse& u : *seg.adapters) {
+        if (u.adapter == nullptr || u.adapter->n_layers() != model.config().n_layers) {
+          return InvalidArgumentError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
+                                      ") has an adapter for another model");
+        }
+      }
+      if (AdapterMidFloats(*seg.adapters) > s.lora_mid_floats) {
+        return FailedPreconditionError("batch segment of rows [", seg.row_begin, ", ", seg.row_end,
+                                       ") has adapters the scratch was not sized ",
+                                       "for (ForwardScratch::ReserveAdapters)");
+      }
     }
     if (seg.path_from >= 0) {
       const int64_t last = int64_t{seg.first_position()} + seg.n_rows() - 1;
@@ -247,12 +332,21 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   const int64_t ld = qd + 2 * kvd;  // qkv row: q | k | v
   float* qkv = s.qkv;
   if (l.qkv.present()) {
-    Project(p, l.qkv, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+    LoraTerm term;
+    term.layer = layer;
+    term.parts = {
+        {{LoraTarget::kQ, 0, qd}, {LoraTarget::kK, qd, kvd}, {LoraTarget::kV, qd + kvd, kvd}}};
+    term.n_parts = 3;
+    term.width = ld;
+    Project(p, l.qkv, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore}, term);
   } else {
-    Project(p, l.wq, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore});
+    Project(p, l.wq, s.x, d, l.attn_norm, {qkv, ld, Epilogue::kStore},
+            OneTarget(layer, LoraTarget::kQ, qd));
     // Each matrix normalizes its own input (cheap next to the matrix), whatever its encoding.
-    Project(p, l.wk, s.x, d, l.attn_norm, {qkv + qd, ld, Epilogue::kStore});
-    Project(p, l.wv, s.x, d, l.attn_norm, {qkv + qd + kvd, ld, Epilogue::kStore});
+    Project(p, l.wk, s.x, d, l.attn_norm, {qkv + qd, ld, Epilogue::kStore},
+            OneTarget(layer, LoraTarget::kK, kvd));
+    Project(p, l.wv, s.x, d, l.attn_norm, {qkv + qd + kvd, ld, Epilogue::kStore},
+            OneTarget(layer, LoraTarget::kV, kvd));
   }
   const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
   const int32_t half = c.head_dim / 2;
@@ -329,24 +423,33 @@ void AttentionBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
       (tiles ? p.k().prefill_attention : p.k().attention)(task, p.ctx.thread_scratch(thread));
     }
   });
-  Project(p, l.wo, s.attn, qd, nullptr, {s.x, d, Epilogue::kAccumulate});
+  Project(p, l.wo, s.attn, qd, nullptr, {s.x, d, Epilogue::kAccumulate},
+          OneTarget(layer, LoraTarget::kO, d));
 }
 
 // x += w_down · (silu(w_gate · norm(x)) * (w_up · norm(x))).
-void FeedForwardBlock(const Pass& p, const LayerWeights& l) {
+void FeedForwardBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
   const ModelConfig& c = p.c;
   ForwardScratch& s = p.s();
   const int64_t d = c.d_model, ff = c.d_ff;
   if (l.gate_up.present()) {
-    Project(p, l.gate_up, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kSwiGlu});
+    LoraTerm term;
+    term.layer = layer;
+    term.parts = {{{LoraTarget::kGate, 0, ff}, {LoraTarget::kUp, ff, ff}, {}}};
+    term.n_parts = 2;
+    term.width = 2 * ff;
+    Project(p, l.gate_up, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kSwiGlu}, term);
   } else {
-    Project(p, l.w_gate, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kStore});
-    Project(p, l.w_up, s.x, d, l.ffn_norm, {s.up, ff, Epilogue::kStore});
+    Project(p, l.w_gate, s.x, d, l.ffn_norm, {s.gate, ff, Epilogue::kStore},
+            OneTarget(layer, LoraTarget::kGate, ff));
+    Project(p, l.w_up, s.x, d, l.ffn_norm, {s.up, ff, Epilogue::kStore},
+            OneTarget(layer, LoraTarget::kUp, ff));
     p.pool().ParallelFor(p.n_rows, [&](int64_t b, int64_t e, int) {
       p.k().silu_mul(s.gate + b * ff, s.up + b * ff, (e - b) * ff, s.gate + b * ff);
     });
   }
-  Project(p, l.w_down, s.gate, ff, nullptr, {s.x, d, Epilogue::kAccumulate});
+  Project(p, l.w_down, s.gate, ff, nullptr, {s.x, d, Epilogue::kAccumulate},
+          OneTarget(layer, LoraTarget::kDown, d));
 }
 
 // The requested rows' outputs: hidden states, then (rows compacted to the front of the residual
@@ -378,8 +481,8 @@ void Outputs(Pass& p) {
   }
   p.runs = s.runs;
   p.n_rows = static_cast<int32_t>(rows.size());
-  Project(p, p.w.output, s.x, c.d_model, p.w.output_norm,
-          {p.b.logits, c.vocab_size, Epilogue::kStore});
+  ProjectPlain(p, p.w.output, s.x, c.d_model, p.w.output_norm,
+               {p.b.logits, c.vocab_size, Epilogue::kStore});
   p.Trace("logits", p.b.logits, c.vocab_size);
 }
 
@@ -398,6 +501,11 @@ Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const Fo
     s.task_begin.push_back(s.task_begin.back() + c.n_kv_heads * RowBlocks(seg));
   }
   Pass p{c, model.weights(), ProjectContext{c, model.kernels(), s, pool}, b, n, s.runs};
+  for (const BatchSegment& seg : b.segments) {
+    p.any_adapters |= HasAdapters(seg.adapters);
+    for (int32_t t = seg.row_begin; t < seg.row_end; ++t)
+      s.row_adapters[static_cast<size_t>(t)] = seg.adapters;
+  }
   POCKET_RETURN_IF_ERROR(Embed(p));
   RopeTables(model, p);
   p.Trace("embed", s.x, c.d_model);
@@ -405,7 +513,7 @@ Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const Fo
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = p.w.layers[static_cast<size_t>(layer)];
     AttentionBlock(p, l, layer);
-    FeedForwardBlock(p, l);
+    FeedForwardBlock(p, l, layer);
 #if POCKET_FORWARD_TRACE
     if (b.trace != nullptr && *b.trace) {
       const std::string name = "blk." + std::to_string(layer) + ".out";

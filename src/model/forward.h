@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "model/adapter.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/scratch.h"
@@ -60,6 +61,9 @@ struct BatchSegment {
   // kTreeTailPositions positions from the 16-position block of path_from to the last row.
   int32_t path_from = -1;
   std::span<const int32_t> path = {};
+  // The adapters the rows apply (null or empty: none); ForwardScratch::ReserveAdapters must have
+  // sized the scratch for them.
+  const AdapterSet* adapters = nullptr;
   int32_t n_rows() const { return row_end - row_begin; }
   int32_t first_position() const {
     if (path_from >= 0) return path_from + static_cast<int32_t>(path.size());

@@ -1,5 +1,8 @@
 #include "model/project.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace pocket {
 
 // Columns per activation block of the tile form: the largest multiple of the weight group that
@@ -17,8 +20,59 @@ int32_t TileBlock(const PackedLayout& l) {
   return 0;
 }
 
+void LoraMids(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set, const float* x,
+              const float* norm, int64_t cols, float* ts) {
+  float* xn = ts;
+  float* mid = ts + cols;
+  float* scratch = mid + p.s.lora_mid_floats;
+  if (norm != nullptr) {
+    p.k.rmsnorm(x, norm, p.c.rms_eps, cols, xn);
+  } else {
+    std::memcpy(xn, x, static_cast<size_t>(cols) * sizeof(float));
+  }
+  for (int i = 0; i < term.n_parts; ++i) {
+    for (const AdapterUse& u : set) {
+      const LoraPair& pair = u.adapter->pair(term.layer, term.parts[static_cast<size_t>(i)].target);
+      if (!pair.present()) continue;
+      p.k.dense_gemm(pair.a, xn, cols, 1, 0, pair.rank, {mid, pair.rank, Epilogue::kStore},
+                     scratch);
+      const float s = pair.scale * u.scale;
+      for (int32_t r = 0; r < pair.rank; ++r) mid[r] *= s;
+      mid += pair.rank;
+    }
+  }
+}
+
+void LoraDelta(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+               int64_t o_begin, int64_t o_end, float* ts, int64_t cols, float* delta) {
+  const float* mid = ts + cols;
+  float* scratch = ts + cols + p.s.lora_mid_floats;
+  for (int i = 0; i < term.n_parts; ++i) {
+    const LoraPart& part = term.parts[static_cast<size_t>(i)];
+    const int64_t b = std::max(o_begin, part.offset) - part.offset;
+    const int64_t e = std::min(o_end, part.offset + part.rows) - part.offset;
+    bool first = true;
+    for (const AdapterUse& u : set) {
+      const LoraPair& pair = u.adapter->pair(term.layer, part.target);
+      if (!pair.present()) continue;
+      if (b < e) {
+        p.k.dense_gemm(
+            pair.b, mid, pair.rank, 1, b, e,
+            {delta + part.offset, term.width, first ? Epilogue::kStore : Epilogue::kAccumulate},
+            scratch);
+      }
+      first = false;
+      mid += pair.rank;
+    }
+    if (first && b < e) {
+      std::memset(delta + part.offset + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+    }
+  }
+}
+
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
-                   const float* norm, const GemmOut& out) {
+                   const float* norm, const GemmOut& out, const LoraTerm* lora,
+                   const AdapterSet* set) {
   // Every thread quantizes the one activation row itself (identical results, a few hundred
   // nanoseconds) so the step is one parallel region with no serial gap.
   const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
@@ -34,6 +88,20 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     qt.cols = cols;
     qt.group = l.p.layout.group;
     p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
+    if (lora != nullptr) {
+      // This thread's panels' outputs of the term (gate and up rows of its pairs when fused).
+      float* ts = p.s.lora_scratch(t);
+      LoraMids(p, *lora, *set, x, norm, cols, ts);
+      const int64_t rows = l.rows(), half = rows / 2;
+      if (swiglu) {
+        const int64_t o0 = std::min(b * kPanelRows, half), o1 = std::min(e * kPanelRows, half);
+        LoraDelta(p, *lora, *set, o0, o1, ts, cols, p.s.lora_delta);
+        LoraDelta(p, *lora, *set, half + o0, half + o1, ts, cols, p.s.lora_delta);
+      } else {
+        LoraDelta(p, *lora, *set, std::min(b * kPanelRows, rows), std::min(e * kPanelRows, rows),
+                  ts, cols, p.s.lora_delta);
+      }
+    }
     if (swiglu) {
       p.k.packed_gemm(l.p, qt, 2 * b, 2 * e, out);
     } else {

@@ -7,10 +7,12 @@
 //   - dense: float (or GGUF block) matrices that are not packed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "base/thread_pool.h"
 #include "kernels/kernel_table.h"
+#include "model/adapter.h"
 #include "model/config.h"
 #include "model/scratch.h"
 #include "model/weights.h"
@@ -26,6 +28,30 @@ struct ProjectContext {
   float* thread_scratch(int t) const { return s.thread_scratch + t * s.per_thread_floats; }
 };
 
+// The adapters' term of one matrix: which targets its logical outputs hold (q|k|v of the fused
+// matrix, gate|up, or one), at which output offset, and the delta's row stride (its outputs).
+struct LoraPart {
+  LoraTarget target = LoraTarget::kQ;
+  int64_t offset = 0;
+  int64_t rows = 0;
+};
+struct LoraTerm {
+  int32_t layer = 0;
+  std::array<LoraPart, 3> parts = {};
+  int n_parts = 0;
+  int64_t width = 0;
+};
+
+// One row's low-rank term, in two steps (a thread computes the intermediates of its row once and
+// then any range of the outputs): LoraMids: norm?(x) (`cols` inputs) into `ts` (a thread's
+// lora_scratch), then every adapter's scaled A·xn; LoraDelta: delta[o] = sum over the set of
+// B·mid for outputs [o_begin, o_end) (zero where no adapter has the part). Each output is one
+// dense-kernel dot in a fixed order, so a row's delta never depends on the batch or the thread.
+void LoraMids(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set, const float* x,
+              const float* norm, int64_t cols, float* ts);
+void LoraDelta(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+               int64_t o_begin, int64_t o_end, float* ts, int64_t cols, float* delta);
+
 // Segments of at least this many rows use the tile form (when the table has prefill_gemm).
 inline constexpr int32_t kTileFormMinRows = 32;
 
@@ -34,8 +60,11 @@ int32_t TileBlock(const PackedLayout& l);
 
 // out = W · norm?(x) for rows [0, n) of x (row stride ldx) in the given form. out.add, when set,
 // is the additive term of kernel_table.h (a low-rank delta joining before the epilogue).
+// With `lora` and `set`, every thread first computes the term's outputs of its own panels into
+// out.add (which must point at ForwardScratch::lora_delta, row stride lora->width).
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
-                   const float* norm, const GemmOut& out);
+                   const float* norm, const GemmOut& out, const LoraTerm* lora = nullptr,
+                   const AdapterSet* set = nullptr);
 void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,
                    const float* norm, const GemmOut& out, bool tiles);
 void ProjectDense(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,

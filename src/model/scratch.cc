@@ -101,7 +101,31 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
   std::iota(s.row_ids_.begin(), s.row_ids_.end(), 0);
   s.runs.reserve(b);
   s.task_begin.reserve(b + 1);
+  s.row_adapters.resize(b, nullptr);
   return s;
+}
+
+Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
+  if (mid_floats <= lora_mid_floats) return Status::Ok();
+  const ModelConfig& c = model.config();
+  const int64_t max_cols = std::max({int64_t{c.d_model}, c.q_dim(), int64_t{c.d_ff}});
+  const int64_t width =
+      std::max({c.q_dim() + 2 * c.kv_dim(), 2 * int64_t{c.d_ff}, c.q_dim(), int64_t{c.d_model}});
+  const int64_t per_thread = (2 * max_cols + mid_floats + 15) / 16 * 16;
+  const int64_t delta = int64_t{kLoraChunkRows} * width;
+  const int64_t total = delta + n_threads_ * per_thread;
+  std::unique_ptr<float[]> buffer(new (std::nothrow) float[static_cast<size_t>(total)]);
+  if (buffer == nullptr) {
+    return ResourceExhaustedError("cannot allocate ", total * 4, " bytes for adapter buffers");
+  }
+  lora_buffer_ = std::move(buffer);
+  lora_bytes_ = static_cast<size_t>(total) * sizeof(float);
+  lora_delta = lora_buffer_.get();
+  lora_width = width;
+  lora_thread = lora_delta + delta;
+  lora_thread_floats = per_thread;
+  lora_mid_floats = mid_floats;
+  return Status::Ok();
 }
 
 }  // namespace pocket

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "kernels/kernel_table.h"
+#include "model/adapter.h"
 #include "model/model.h"
 
 namespace pocket {
@@ -55,7 +56,7 @@ class ForwardScratch {
   static StatusOr<ForwardScratch> Create(const Model& model, int32_t max_batch, int32_t n_threads);
   int32_t max_batch() const { return max_batch_; }
   int32_t n_threads() const { return n_threads_; }
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return bytes_ + lora_bytes_; }
   // Row indices [begin, end) (an output_rows list for "every row" or a range of them).
   std::span<const int32_t> rows(int32_t begin, int32_t end) const {
     return std::span<const int32_t>(row_ids_).subspan(static_cast<size_t>(begin),
@@ -87,9 +88,27 @@ class ForwardScratch {
   };
   std::vector<FormRun> runs;
   std::vector<int64_t> task_begin;  // [segments + 1]
+  // The adapter set of each row of the pass (null: none), filled by Forward.
+  std::vector<const AdapterSet*> row_adapters;
+
+  // Buffers of the adapters' low-rank terms (GemmOut::add), made by ReserveAdapters when a
+  // session takes adapters (never on the decode path): the delta of up to kLoraChunkRows rows of
+  // the widest projection, and per thread the normalized input row, the rank-sized intermediate
+  // (mid_floats) and the dense kernels' scratch.
+  static constexpr int32_t kLoraChunkRows = 32;
+  float* lora_delta = nullptr;   // [kLoraChunkRows, lora_width]
+  int64_t lora_width = 0;        // the widest projection's outputs (q|k|v, gate|up, ...)
+  float* lora_thread = nullptr;  // [n_threads, lora_thread_floats]
+  int64_t lora_thread_floats = 0;
+  int64_t lora_mid_floats = 0;  // what the buffers were sized for (0: no adapters)
+  // Sizes the adapter buffers for a set whose AdapterMidFloats is `mid_floats` (grows only).
+  Status ReserveAdapters(const Model& model, int64_t mid_floats);
+  float* lora_scratch(int t) const { return lora_thread + t * lora_thread_floats; }
 
  private:
   std::unique_ptr<uint8_t[]> buffer_;
+  std::unique_ptr<float[]> lora_buffer_;
+  size_t lora_bytes_ = 0;
   std::vector<int32_t> row_ids_;  // 0, 1, ..., max_batch - 1
   int32_t max_batch_ = 0;
   int32_t n_threads_ = 0;

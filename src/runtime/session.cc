@@ -119,8 +119,9 @@ Status Session::AppendObserved(std::span<const int32_t> tokens, float* all_logit
 
 Status Session::Evaluate(std::span<const int32_t> tokens, std::span<const int32_t> rows,
                          float* logits, float* hidden) {
-  const BatchSegment segment{&kv_, 0, static_cast<int32_t>(tokens.size()),
-                             static_cast<int32_t>(history_.size())};
+  BatchSegment segment{&kv_, 0, static_cast<int32_t>(tokens.size()),
+                       static_cast<int32_t>(history_.size())};
+  segment.adapters = &adapters_;
   ForwardBatch batch;
   batch.tokens = tokens;
   batch.segments = std::span<const BatchSegment>(&segment, 1);
@@ -151,8 +152,9 @@ Status Session::EvaluateObserved(std::span<const int32_t> tokens, std::span<cons
   const std::span<const int32_t> layers = observer.target_layers();
   const size_t need = layers.size() * tokens.size() * static_cast<size_t>(model_->config().d_model);
   if (spec_hidden_.size() < need) spec_hidden_.resize(need);  // grows to one chunk, once
-  const BatchSegment segment{&kv_, 0, static_cast<int32_t>(tokens.size()),
-                             static_cast<int32_t>(history_.size())};
+  BatchSegment segment{&kv_, 0, static_cast<int32_t>(tokens.size()),
+                       static_cast<int32_t>(history_.size())};
+  segment.adapters = &adapters_;
   ForwardBatch batch;
   batch.tokens = tokens;
   batch.segments = std::span<const BatchSegment>(&segment, 1);
@@ -277,6 +279,29 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
   result.decode_us = watch.elapsed_us();
   return result;
+}
+
+}  // namespace pocket
+
+namespace pocket {
+
+Status Session::SetAdapters(AdapterSet set) {
+  if (SameAdapters(set, adapters_)) return Status::Ok();
+  for (const AdapterUse& u : set) {
+    if (u.adapter == nullptr) return InvalidArgumentError("adapter set holds a null adapter");
+    if (u.adapter->n_layers() != model_->config().n_layers) {
+      return InvalidArgumentError("adapter ", u.adapter->path(), " has ", u.adapter->n_layers(),
+                                  " layers; the session's model has ", model_->config().n_layers);
+    }
+    if (!std::isfinite(u.scale)) {
+      return InvalidArgumentError("adapter ", u.adapter->path(), ": scale must be finite");
+    }
+  }
+  POCKET_RETURN_IF_ERROR(scratch_.ReserveAdapters(*model_, AdapterMidFloats(set)));
+  adapters_ = std::move(set);
+  // Every cached key and value was computed with the old set.
+  Reset();
+  return Status::Ok();
 }
 
 }  // namespace pocket

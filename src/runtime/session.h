@@ -130,6 +130,16 @@ class Session {
     trace_ = std::move(trace);
   }
 #endif
+  // The adapters every later forward pass applies (LoRA; model/adapter.h), each with its scale.
+  // An unchanged set (same adapters, order and scales) keeps everything, the KV cache included;
+  // a changed set forgets the context, whose keys and values were computed with the old set. The
+  // adapters are shared, never copied; the only allocation is the adapter buffers of the
+  // scratch, the first time a set needs them larger.
+  Status SetAdapters(AdapterSet set);
+  const AdapterSet& adapters() const {
+    return adapters_;
+  }
+
   // Forgets the context.
   void Reset() {
     Truncate(0);
@@ -182,6 +192,7 @@ class Session {
   std::shared_ptr<const Model> model_;
   KvCache kv_;
   ForwardScratch scratch_;
+  AdapterSet adapters_;
   std::shared_ptr<ThreadPool> pool_;
   int32_t n_batch_;
   std::vector<int32_t> history_;

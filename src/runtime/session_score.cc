@@ -84,6 +84,7 @@ StatusOr<std::vector<CandidateScore>> Session::Score(
     BatchSegment seg{&kv_, begin, end, n_prompt + begin, n_prompt};
     seg.hidden_begin = n_prompt;
     seg.hidden_end = n_prompt + begin;
+    seg.adapters = &adapters_;
     segments.push_back(seg);
   }
   if (!tokens.empty()) {

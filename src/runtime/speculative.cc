@@ -238,6 +238,7 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
         int32_t end = row + 1;  // the branch runs while each node's parent is the node before
         while (end < n_rows && tree[static_cast<size_t>(end - 1)].parent == end - 2) ++end;
         BatchSegment seg{&kv_, row, end, static_cast<int32_t>(base) + row};
+        seg.adapters = &adapters_;
         if (row > 0) {
           // The ancestors' slots, from the pending token down to the branch's parent.
           const size_t first = spec_slots_.size();

@@ -3,6 +3,7 @@
 
   reference.py logits   MODEL --ids 1,2,3 [--tokenizer tok512.bin] [--f64] -o out.npy
   reference.py generate MODEL --ids 1,2,3 -n N [--stop 1,2] [--tokenizer tok512.bin] [--f64]
+  (logits and generate take --lora DIR[:SCALE], repeatable: PEFT adapters merged; lora.py)
   reference.py classify MODEL --ids 1,2,3 [--f64]      (JSON: the classification head's labels)
   reference.py dequant  MODEL TENSOR_NAME -o out.npy
   reference.py info     MODEL
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dflash  # noqa: E402
 import gguf  # noqa: E402
 import llama2c  # noqa: E402
+import lora  # noqa: E402
 import model as model_lib  # noqa: E402
 import pocket_io  # noqa: E402
 import safetensors_io  # noqa: E402
@@ -48,8 +50,15 @@ def ids_from_args(args, model):
     raise SystemExit("give --ids (or --prompt with --tokenizer)")
 
 
-def cmd_logits(args):
+def load_with_adapters(args):
     m = model_lib.load_model(args.model, args.tokenizer)
+    for arg in args.lora or ():
+        lora.merge(m, *lora.parse_arg(arg))
+    return m
+
+
+def cmd_logits(args):
+    m = load_with_adapters(args)
     ids = ids_from_args(args, m)
     dtype = np.float64 if args.f64 else np.float32
     logits = m.forward(ids, dtype=dtype).astype(np.float32)       # [n_ids, vocab]
@@ -87,7 +96,7 @@ def cmd_trace(args):
 
 
 def cmd_generate(args):
-    m = model_lib.load_model(args.model, args.tokenizer)
+    m = load_with_adapters(args)
     ids = ids_from_args(args, m)
     dtype = np.float64 if args.f64 else np.float32
     new = m.generate(ids, args.n, dtype=dtype, stop_ids=set(args.stop or ()))
@@ -215,6 +224,8 @@ def main(argv=None):
         sp.add_argument("--prompt", help="text to encode with the llama2.c --tokenizer (BOS added)")
         sp.add_argument("--tokenizer", help="llama2.c tokenizer (tok512.bin)")
         sp.add_argument("--f64", action="store_true", help="compute in float64 instead of float32")
+        sp.add_argument("--lora", action="append",
+                        help="PEFT adapter directory[:scale], merged into the weights (repeatable)")
 
     sp = sub.add_parser("logits", help="logits for every position -> .npy [n_ids, vocab] float32")
     common(sp)

@@ -1,0 +1,460 @@
+#include "model/adapter.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <regex>
+
+#include "base/float16.h"
+#include "base/mapped_file.h"
+#include "base/output_file.h"
+#include "base/rng.h"
+#include "base/str.h"
+#include "format/hf_directory.h"
+#include "format/safetensors.h"
+
+namespace pocket {
+namespace {
+
+constexpr std::array<std::string_view, kLoraTargets> kNames = {"q",    "k",  "v",   "o",
+                                                               "gate", "up", "down"};
+constexpr std::array<std::string_view, kLoraTargets> kModules = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+// [out, in] of a target's base matrix.
+std::pair<int64_t, int64_t> TargetShape(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ:
+      return {c.q_dim(), c.d_model};
+    case LoraTarget::kK:
+    case LoraTarget::kV:
+      return {c.kv_dim(), c.d_model};
+    case LoraTarget::kO:
+      return {c.d_model, c.q_dim()};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp:
+      return {c.d_ff, c.d_model};
+    case LoraTarget::kDown:
+      return {c.d_model, c.d_ff};
+  }
+  return {0, 0};
+}
+
+// The value of a pattern dict (rank_pattern, alpha_pattern) for a module: PEFT matches a key
+// against the module's full name as a regular expression anchored at the end, after a dot.
+bool PatternValue(const ConfigValue* pattern, const std::string& module, double* out) {
+  if (pattern == nullptr || pattern->kind != ConfigValue::Kind::kObject) return false;
+  for (const auto& [key, value] : pattern->numbers) {
+    bool match = module == key || EndsWith(module, "." + key);
+    if (!match) {
+      try {
+        match = std::regex_match(module, std::regex("(.*\\.)?(" + key + ")"));
+      } catch (const std::regex_error&) {
+        match = false;
+      }
+    }
+    if (match) {
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Parses "base_model.model.model.layers.N.<module>.lora_{A,B}.weight": layer, target, which.
+// Returns false for names of another shape.
+bool ParsePeftName(std::string_view name, int32_t* layer, LoraTarget* target, bool* is_a) {
+  for (std::string_view prefix : {"base_model.model.", "base_model."}) {
+    if (StartsWith(name, prefix)) {
+      name.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!StartsWith(name, kLayers)) return false;
+  name.remove_prefix(kLayers.size());
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  int32_t n = 0;
+  const auto [p, ec] = std::from_chars(name.data(), name.data() + dot, n);
+  if (ec != std::errc() || p != name.data() + dot) return false;
+  name.remove_prefix(dot + 1);
+  for (int t = 0; t < kLoraTargets; ++t) {
+    if (!StartsWith(name, kModules[static_cast<size_t>(t)])) continue;
+    std::string_view rest = name.substr(kModules[static_cast<size_t>(t)].size());
+    if (rest == ".lora_A.weight" || rest == ".lora_B.weight") {
+      *layer = n;
+      *target = static_cast<LoraTarget>(t);
+      *is_a = rest == ".lora_A.weight";
+      return true;
+    }
+  }
+  return false;
+}
+
+WeightMatrix MatrixView(const TensorInfo& t) {
+  WeightMatrix w;
+  w.type = t.type;
+  w.rows = t.shape[0];
+  w.cols = t.shape[1];
+  w.data = t.data;
+  w.row_bytes = static_cast<size_t>(w.cols / Traits(t.type).block_elems) *
+                static_cast<size_t>(Traits(t.type).block_bytes);
+  return w;
+}
+
+}  // namespace
+
+std::string_view LoraTargetName(LoraTarget t) {
+  return kNames[static_cast<size_t>(t)];
+}
+std::string_view LoraTargetModule(LoraTarget t) {
+  return kModules[static_cast<size_t>(t)];
+}
+bool ParseLoraTarget(std::string_view name, LoraTarget* out) {
+  for (int t = 0; t < kLoraTargets; ++t) {
+    const std::string_view module = kModules[static_cast<size_t>(t)];
+    if (name == kNames[static_cast<size_t>(t)] || name == module ||
+        name == module.substr(module.find('.') + 1)) {
+      *out = static_cast<LoraTarget>(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string LoraAdapter::targets() const {
+  std::string out;
+  for (int t = 0; t < kLoraTargets; ++t) {
+    bool any = false;
+    for (const auto& layer : layers_) any |= layer[static_cast<size_t>(t)].present();
+    if (!any) continue;
+    if (!out.empty()) out += ",";
+    out += kNames[static_cast<size_t>(t)];
+  }
+  return out;
+}
+
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string& path,
+                                                               const Model& base) {
+  const ModelConfig& c = base.config();
+  std::string dir = path, weights_path;
+  if (IsDirectory(path)) {
+    weights_path = path + "/adapter_model.safetensors";
+  } else if (EndsWith(path, ".safetensors")) {
+    weights_path = path;
+    const size_t slash = path.rfind('/');
+    dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  } else {
+    return InvalidArgumentError(path, ": not an adapter (expected a PEFT directory with ",
+                                "adapter_config.json and adapter_model.safetensors)");
+  }
+  const std::string config_path = dir + "/adapter_config.json";
+  if (!FileExists(config_path)) {
+    return NotFoundError(path, ": no adapter_config.json (a PEFT adapter directory holds ",
+                         "adapter_config.json and adapter_model.safetensors)");
+  }
+  if (!FileExists(weights_path)) {
+    if (FileExists(dir + "/adapter_model.bin")) {
+      return UnimplementedError(dir, "/adapter_model.bin: PyTorch pickle adapters are not ",
+                                "supported; save the adapter with safe_serialization=True");
+    }
+    return NotFoundError(weights_path, ": no such file");
+  }
+  POCKET_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(config_path));
+  POCKET_ASSIGN_OR_RETURN(auto config, ParseConfigJson(config_text, config_path));
+  auto find = [&](const char* key) -> const ConfigValue* {
+    auto it = config.find(key);
+    return it == config.end() || it->second.kind == ConfigValue::Kind::kNull ? nullptr
+                                                                             : &it->second;
+  };
+  auto field_error = [&](const char* key, const auto&... what) {
+    return InvalidArgumentError(config_path, ": field \"", key, "\" ", what...);
+  };
+  if (const ConfigValue* v = find("peft_type");
+      v != nullptr && (v->kind != ConfigValue::Kind::kString || v->s != "LORA")) {
+    return field_error("peft_type", "is ", v->json, "; only LORA adapters are supported");
+  }
+  const ConfigValue* r = find("r");
+  if (r == nullptr || r->kind != ConfigValue::Kind::kInt || r->i <= 0) {
+    return field_error("r", "must be a positive integer, got ", r ? r->json : "nothing");
+  }
+  const ConfigValue* alpha = find("lora_alpha");
+  if (alpha != nullptr && alpha->kind != ConfigValue::Kind::kInt &&
+      alpha->kind != ConfigValue::Kind::kFloat) {
+    return field_error("lora_alpha", "must be a number, got ", alpha->json);
+  }
+  bool rslora = false;
+  if (const ConfigValue* v = find("use_rslora")) {
+    if (v->kind != ConfigValue::Kind::kBool) return field_error("use_rslora", "must be a boolean");
+    rslora = v->b;
+  }
+  if (const ConfigValue* v = find("use_dora");
+      v != nullptr && v->kind == ConfigValue::Kind::kBool && v->b) {
+    return field_error("use_dora", "is true: DoRA adapters (magnitude vectors) are not supported");
+  }
+  if (const ConfigValue* v = find("fan_in_fan_out"); v != nullptr && v->b) {
+    return field_error("fan_in_fan_out", "is true: that is for Conv1D bases (GPT-2); ",
+                       ArchitectureName(c.arch), " uses Linear layers");
+  }
+  if (const ConfigValue* v = find("bias");
+      v != nullptr && !(v->kind == ConfigValue::Kind::kString && v->s == "none")) {
+    return field_error("bias", "is ", v->json,
+                       ": trained biases are not supported (only \"none\")");
+  }
+  if (const ConfigValue* v = find("modules_to_save");
+      v != nullptr && (v->array_size > 0 || v->kind == ConfigValue::Kind::kString)) {
+    return field_error("modules_to_save", "is ", v->json,
+                       ": fully trained modules beside the adapter are not supported");
+  }
+  const ConfigValue* rank_pattern = find("rank_pattern");
+  const ConfigValue* alpha_pattern = find("alpha_pattern");
+
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(weights_path));
+  std::shared_ptr<LoraAdapter> a(new LoraAdapter());
+  a->path_ = path;
+  a->format_ = "peft";
+  a->layers_.resize(static_cast<size_t>(c.n_layers));
+  std::map<std::pair<int32_t, int>, const TensorInfo*> as, bs;
+  for (const TensorInfo& t : file->tensors()) {
+    int32_t layer = 0;
+    LoraTarget target{};
+    bool is_a = false;
+    if (!ParsePeftName(t.name, &layer, &target, &is_a)) {
+      std::string why = "is not a LoRA factor of a layer's q/k/v/o/gate/up/down projection";
+      if (t.name.find("lora_magnitude_vector") != std::string::npos) {
+        why = "is a DoRA magnitude vector: DoRA adapters are not supported";
+      } else if (t.name.find("lora_embedding") != std::string::npos ||
+                 t.name.find("embed_tokens") != std::string::npos) {
+        why = "adapts the token embedding, which is not supported";
+      } else if (t.name.find("lm_head") != std::string::npos) {
+        why = "adapts the output matrix (lm_head), which is not supported";
+      } else if (EndsWith(t.name, ".bias")) {
+        why = "is a trained bias, which is not supported";
+      }
+      return InvalidArgumentError(weights_path, ": tensor ", t.name, " ", why);
+    }
+    if (layer < 0 || layer >= c.n_layers) {
+      return InvalidArgumentError(weights_path, ": tensor ", t.name, " is for layer ", layer,
+                                  " but the base model has ", c.n_layers, " layers");
+    }
+    if (!t.type_supported ||
+        (t.type != DType::kF32 && t.type != DType::kF16 && t.type != DType::kBF16)) {
+      return InvalidArgumentError(weights_path, ": tensor ", t.name, " has type ",
+                                  t.type_supported ? DTypeName(t.type) : t.type_name,
+                                  "; LoRA factors must be F32, F16 or BF16");
+    }
+    if (t.shape.size() != 2) {
+      return InvalidArgumentError(weights_path, ": tensor ", t.name, " has shape ",
+                                  ShapeString(t.shape), "; a LoRA factor is a matrix");
+    }
+    auto& slot = (is_a ? as : bs)[{layer, static_cast<int>(target)}];
+    slot = &t;
+  }
+  if (as.empty() && bs.empty()) {
+    return InvalidArgumentError(weights_path, ": no LoRA factors (lora_A / lora_B tensors)");
+  }
+  for (const auto& [key, ta] : as) {
+    if (!bs.count(key)) {
+      return InvalidArgumentError(weights_path, ": tensor ", ta->name,
+                                  " has no matching lora_B tensor");
+    }
+  }
+  const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
+  for (const auto& [key, tb] : bs) {
+    auto it = as.find(key);
+    if (it == as.end()) {
+      return InvalidArgumentError(weights_path, ": tensor ", tb->name,
+                                  " has no matching lora_A tensor");
+    }
+    const TensorInfo* ta = it->second;
+    const auto [layer, ti] = key;
+    const LoraTarget target = static_cast<LoraTarget>(ti);
+    const auto [out, in] = TargetShape(c, target);
+    const int64_t rank = ta->shape[0];
+    if (ta->shape[1] != in || rank <= 0) {
+      return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has shape ",
+                                  ShapeString(ta->shape), "; the base's ", LoraTargetModule(target),
+                                  " takes ", in, " inputs, so lora_A must be [rank, ", in, "]");
+    }
+    if (tb->shape[0] != out || tb->shape[1] != rank) {
+      return InvalidArgumentError(weights_path, ": tensor ", tb->name, " has shape ",
+                                  ShapeString(tb->shape), "; with lora_A of rank ", rank,
+                                  " and the base's ", out, " outputs it must be [", out, ", ", rank,
+                                  "]");
+    }
+    if (interleaved && (target == LoraTarget::kQ || target == LoraTarget::kK)) {
+      return InvalidArgumentError(
+          weights_path, ": tensor ", ta->name,
+          " adapts q/k of a base whose q/k rows are stored for interleaved RoPE (a GGUF llama or "
+          "llama2.c file); PEFT factors are in Hugging Face order: load the base from its Hugging "
+          "Face directory, or adapt other projections");
+    }
+    const std::string module =
+        "model.layers." + std::to_string(layer) + "." + std::string(LoraTargetModule(target));
+    double module_rank = static_cast<double>(r->i);
+    PatternValue(rank_pattern, module, &module_rank);
+    if (static_cast<double>(rank) != module_rank) {
+      return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has rank ", rank,
+                                  " but adapter_config.json gives ", module_rank, " for ", module);
+    }
+    double module_alpha = alpha != nullptr ? alpha->f : 8.0;  // PEFT's default lora_alpha
+    PatternValue(alpha_pattern, module, &module_alpha);
+    LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
+    p.a = MatrixView(*ta);
+    p.b = MatrixView(*tb);
+    p.rank = static_cast<int32_t>(rank);
+    p.scale = static_cast<float>(
+        module_alpha / (rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank)));
+    a->max_rank_ = std::max(a->max_rank_, p.rank);
+    ++a->n_pairs_;
+    a->bytes_ += ta->n_bytes + tb->n_bytes;
+  }
+  a->storage_ = std::shared_ptr<const SafetensorsFile>(std::move(file));
+  return std::shared_ptr<const LoraAdapter>(std::move(a));
+}
+
+bool SameAdapters(const AdapterSet& a, const AdapterSet& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].adapter != b[i].adapter || a[i].scale != b[i].scale) return false;
+  }
+  return true;
+}
+
+int64_t AdapterMidFloats(const AdapterSet& set) {
+  int64_t best = 0;
+  if (set.empty()) return 0;
+  const int32_t n_layers = set.front().adapter->n_layers();
+  // Parts sharing one matrix: q|k|v, o, gate|up, down.
+  static constexpr std::array<std::pair<int, int>, 4> kGroups = {{{0, 3}, {3, 4}, {4, 6}, {6, 7}}};
+  for (int32_t l = 0; l < n_layers; ++l) {
+    for (const auto& [begin, end] : kGroups) {
+      int64_t sum = 0;
+      for (const AdapterUse& u : set) {
+        for (int t = begin; t < end; ++t)
+          sum += u.adapter->pair(l, static_cast<LoraTarget>(t)).rank;
+      }
+      best = std::max(best, sum);
+    }
+  }
+  return best;
+}
+
+std::string AdapterSetName(const AdapterSet& set) {
+  std::string out;
+  for (const AdapterUse& u : set) {
+    if (!out.empty()) out += ",";
+    out += u.adapter->path();
+    if (u.scale != 1.0f) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, ":%g", static_cast<double>(u.scale));
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string& dir) {
+  if (o.rank <= 0) return InvalidArgumentError("rank must be positive, got ", o.rank);
+  if (o.targets.empty()) return InvalidArgumentError("no targets");
+  if (o.type != DType::kF32 && o.type != DType::kF16 && o.type != DType::kBF16) {
+    return InvalidArgumentError("adapter factors are f32, f16 or bf16, not ", DTypeName(o.type));
+  }
+  const ModelConfig& c = o.base;
+  auto rank_of = [&](int32_t layer) {
+    for (const auto& [l, r] : o.layer_ranks) {
+      if (l == layer) return r;
+    }
+    return o.rank;
+  };
+  SafetensorsWriter w;
+  const size_t esize = o.type == DType::kF32 ? 4 : 2;
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+    for (LoraTarget t : o.targets) {
+      const auto [out, in] = TargetShape(c, t);
+      const int32_t rank = rank_of(layer);
+      const std::string base = "base_model.model.model.layers." + std::to_string(layer) + "." +
+                               std::string(LoraTargetModule(t));
+      // Each tensor's stream is seeded from (seed, layer, target, A or B): independent of order.
+      for (const bool is_a : {true, false}) {
+        const int64_t rows = is_a ? rank : out, cols = is_a ? in : rank;
+        const float bound =
+            is_a ? 1.0f / std::sqrt(static_cast<float>(in)) : o.init / std::sqrt(float(rank));
+        const uint64_t seed = o.seed * 1000003ull + static_cast<uint64_t>(layer) * 64 +
+                              static_cast<uint64_t>(t) * 2 + (is_a ? 0 : 1);
+        auto fill = [rows, cols, bound, seed, esize, type = o.type](uint8_t* dst, size_t n) {
+          if (n != static_cast<size_t>(rows * cols) * esize) return InternalError("size");
+          Rng rng(seed);
+          for (int64_t i = 0; i < rows * cols; ++i) {
+            const float v = (2.0f * rng.NextFloat() - 1.0f) * bound;
+            if (type == DType::kF32) {
+              std::memcpy(dst + i * 4, &v, 4);
+            } else {
+              const uint16_t h = type == DType::kF16 ? FloatToFp16(v) : FloatToBf16(v);
+              std::memcpy(dst + i * 2, &h, 2);
+            }
+          }
+          return Status::Ok();
+        };
+        POCKET_RETURN_IF_ERROR(w.AddTensor(base + (is_a ? ".lora_A.weight" : ".lora_B.weight"),
+                                           o.type, {rows, cols}, fill));
+      }
+    }
+  }
+  w.SetMetadata("format", "pt");
+  std::string targets;
+  for (LoraTarget t : o.targets) {
+    const std::string_view module = LoraTargetModule(t);
+    targets += std::string(targets.empty() ? "" : ", ") + "\"" +
+               std::string(module.substr(module.find('.') + 1)) + "\"";
+  }
+  std::string rank_pattern;
+  for (const auto& [layer, rank] : o.layer_ranks) {
+    for (LoraTarget t : o.targets) {
+      rank_pattern += std::string(rank_pattern.empty() ? "" : ", ") + "\"model.layers." +
+                      std::to_string(layer) + "." + std::string(LoraTargetModule(t)) +
+                      "\": " + std::to_string(rank);
+    }
+  }
+  char alpha[64];
+  std::snprintf(alpha, sizeof alpha, "%.17g", o.alpha);
+  const std::string config =
+      "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " +
+      std::to_string(o.rank) + ",\n  \"lora_alpha\": " + alpha +
+      ",\n  \"use_rslora\": " + (o.rslora ? "true" : "false") +
+      ",\n  \"use_dora\": false,\n  \"lora_dropout\": 0.0,\n  \"bias\": \"none\",\n"
+      "  \"fan_in_fan_out\": false,\n  \"target_modules\": [" +
+      targets + "],\n  \"rank_pattern\": {" + rank_pattern +
+      "},\n  \"alpha_pattern\": {},\n  \"modules_to_save\": null,\n"
+      "  \"base_model_name_or_path\": \"pocket synthetic " +
+      std::string(ArchitectureName(c.arch)) + "\"\n}\n";
+  POCKET_RETURN_IF_ERROR(w.Write(dir + "/adapter_model.safetensors", o.input_paths));
+  POCKET_ASSIGN_OR_RETURN(OutputFile f,
+                          OutputFile::Create(dir + "/adapter_config.json", o.input_paths));
+  POCKET_RETURN_IF_ERROR(f.Write(config.data(), config.size()));
+  return f.Commit();
+}
+
+Status ParseAdapterArg(std::string_view arg, std::string* path, float* scale) {
+  *scale = 1.0f;
+  *path = std::string(arg);
+  const size_t colon = arg.rfind(':');
+  if (colon == std::string_view::npos) return Status::Ok();
+  const std::string tail(arg.substr(colon + 1));
+  char* end = nullptr;
+  const float v = std::strtof(tail.c_str(), &end);
+  if (tail.empty() || end != tail.c_str() + tail.size()) return Status::Ok();  // part of the path
+  if (!std::isfinite(v)) {
+    return InvalidArgumentError("--lora ", QuoteBytes(arg), ": the scale must be a finite number");
+  }
+  *path = std::string(arg.substr(0, colon));
+  *scale = v;
+  return Status::Ok();
+}
+
+}  // namespace pocket

@@ -1,0 +1,116 @@
+// Task adapters (LoRA): low-rank factors that change what a base model's projections compute,
+// y = W·x + s·B(A·x), loaded beside the base without touching it. An adapter is immutable once
+// loaded and shared by every session that uses it (std::shared_ptr); a session holds an
+// AdapterSet (adapters with the user's scales) and the forward pass adds the low-rank term of
+// the set to each projection's product before its epilogue (GemmOut::add), on the packed, fused
+// base: the Q/K/V and gate/up matrices get the terms of their parts.
+//
+// Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors; the factors are
+// used in place from the mapping when the file stores f32, f16 or bf16). Unsupported variants
+// (DoRA, trained biases, embedding or output-matrix adapters, modules_to_save) are errors that
+// name the field or tensor.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/kernel_table.h"
+#include "model/model.h"
+
+namespace pocket {
+
+// The projections an adapter can change, in the order the forward pass meets them.
+enum class LoraTarget : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kLoraTargets = 7;
+// "q", "k", ..., "down": the CLI's spelling (make-adapter --targets).
+std::string_view LoraTargetName(LoraTarget t);
+bool ParseLoraTarget(std::string_view name, LoraTarget* out);
+// The Hugging Face module of a target ("self_attn.q_proj", "mlp.down_proj").
+std::string_view LoraTargetModule(LoraTarget t);
+
+// One projection's factors: A [rank, in] and B [out, rank] as the file stores them (any type the
+// dense kernels take), and the adapter's own scale (alpha / rank, or alpha / sqrt(rank) for
+// rsLoRA, with rank_pattern / alpha_pattern applied).
+struct LoraPair {
+  WeightMatrix a;
+  WeightMatrix b;
+  int32_t rank = 0;
+  float scale = 0.0f;
+  bool present() const { return a.data != nullptr; }
+};
+
+class LoraAdapter {
+ public:
+  // Loads a PEFT directory (or its adapter_model.safetensors) for `base`: every tensor is bound
+  // and checked against the base's shapes. Errors name the file and the tensor or field.
+  static StatusOr<std::shared_ptr<const LoraAdapter>> Load(const std::string& path,
+                                                           const Model& base);
+
+  const std::string& path() const { return path_; }
+  std::string_view format() const { return format_; }
+  int32_t n_layers() const { return static_cast<int32_t>(layers_.size()); }
+  const LoraPair& pair(int32_t layer, LoraTarget t) const {
+    return layers_[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+  }
+  int32_t max_rank() const { return max_rank_; }
+  int32_t n_pairs() const { return n_pairs_; }
+  // The targets present in any layer ("q,k,v,o,gate,up,down").
+  std::string targets() const;
+  // Bytes of the factors (as stored).
+  size_t bytes() const { return bytes_; }
+
+ private:
+  LoraAdapter() = default;
+  std::string path_;
+  std::string format_;
+  std::vector<std::array<LoraPair, kLoraTargets>> layers_;
+  int32_t max_rank_ = 0;
+  int32_t n_pairs_ = 0;
+  size_t bytes_ = 0;
+  std::shared_ptr<const void> storage_;  // the mapped file (or owned bytes) the factors live in
+};
+
+// An adapter in use, with the user's scale (multiplies the adapter's own).
+struct AdapterUse {
+  std::shared_ptr<const LoraAdapter> adapter;
+  float scale = 1.0f;
+};
+// The adapters a session applies, all at once (their terms add up).
+using AdapterSet = std::vector<AdapterUse>;
+
+// Two sets compute the same (the same adapters, in the same order, with the same scales).
+bool SameAdapters(const AdapterSet& a, const AdapterSet& b);
+// Floats of the rank-sized intermediate the forward pass needs per row for `set`: the largest,
+// over projections, of the sum of the ranks of every part (Q, K and V count together).
+int64_t AdapterMidFloats(const AdapterSet& set);
+// "a.lora:0.5,b" for messages and --json.
+std::string AdapterSetName(const AdapterSet& set);
+
+// A synthetic adapter in PEFT's layout (pocket make-adapter): for every layer and target,
+// lora_A [rank, in] uniform in +-1/sqrt(in) and lora_B [out, rank] uniform in +-init/sqrt(rank)
+// (PEFT starts B at zero; a test needs a term that changes the output), deterministic for a seed.
+struct SyntheticAdapterOptions {
+  ModelConfig base;
+  int32_t rank = 16;
+  double alpha = 32.0;
+  bool rslora = false;
+  std::vector<LoraTarget> targets;
+  // Layers whose rank differs (written as rank_pattern, "model.layers.N.<module>").
+  std::vector<std::pair<int32_t, int32_t>> layer_ranks;  // (layer, rank)
+  DType type = DType::kF32;                              // f32, f16 or bf16
+  float init = 0.5f;
+  uint64_t seed = 1;
+  std::vector<std::string> input_paths;  // never overwritten
+};
+// Writes DIR/adapter_config.json and DIR/adapter_model.safetensors (DIR must exist).
+Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string& dir);
+
+// "FILE" or "FILE:SCALE" (the CLI's --lora argument); the scale defaults to 1.
+Status ParseAdapterArg(std::string_view arg, std::string* path, float* scale);
+
+}  // namespace pocket

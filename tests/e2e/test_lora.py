@@ -1,0 +1,236 @@
+"""LoRA adapters (issue 14) end to end: synthetic PEFT adapters written by `pocket make-adapter`,
+applied at runtime by the engine, against the numpy reference that MERGES them into the weights
+(tests/reference/lora.py: W + s * B @ A, in float64).
+
+- Fidelity, F32 base and f32 KV cache (the oracle path): one adapter, and two at once (ranks 8 and
+  4, one rsLoRA with another rank on layer 0, scales 0.7 and 1.3), qwen3 and qwen2 (q/k/v
+  biases): max |pocket - reference| <= 1e-5 x the largest logit, over a prefill of 48 tokens and
+  12 decode steps through the KV cache.
+- The INT4 package: mean KL against the reference with the adapter is no worse than the base's
+  own without adapters + 10%.
+- Greedy tokens with an adapter equal the reference's greedy generation; with speculative
+  decoding (prompt lookup) they are the same tokens.
+- Bad input: errors name the file and the tensor or field.
+"""
+import json
+import os
+import shutil
+import struct
+import unittest
+
+import numpy as np
+
+from harness import (STORIES, STORIES_TOK, ids_arg, load_npy, main_unittest, make_model, pocket,
+                     reference, work_path)
+
+N_PREFILL = 48
+N_DECODE = 12
+ORACLE = ("--no-repack", "--kv-type", "f32")
+
+
+def token_ids(vocab, n, seed):
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in rng.integers(0, vocab, size=n)]
+
+
+def kl_mean(ref, ours):
+    def log_softmax(x):
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lp, lq = log_softmax(ref), log_softmax(ours)
+    return float((np.exp(lp) * (lp - lq)).sum(axis=1).mean())
+
+
+def make_adapter(name, model, *flags):
+    path = work_path(name)
+    if not os.path.exists(os.path.join(path, "adapter_config.json")):
+        pocket("make-adapter", "-m", model, *flags, "-o", path)
+    return path
+
+
+def compare(test, model, tag, loras, tol_rel=1e-5, flags=ORACLE, vocab=1024):
+    ids = token_ids(vocab, N_PREFILL + N_DECODE, seed=len(tag))
+    ours, ref = work_path(f"lora-{tag}.npy"), work_path(f"lora-{tag}.ref.npy")
+    lora_args = [a for l in loras for a in ("--lora", l)]
+    pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", "--decode-from", N_PREFILL,
+           *flags, *lora_args, "-o", ours)
+    reference("logits", model, "--ids", ids_arg(ids), *lora_args, "-o", ref)
+    a, b = load_npy(ours), load_npy(ref)
+    test.assertEqual(a.shape, b.shape)
+    scale = np.abs(b).max()
+    err = np.abs(a - b).max() / scale
+    print(f"{tag}: max |logit| {scale:.3f}, max error relative to it {err:.2e} "
+          f"(tolerance {tol_rel:g})")
+    test.assertLessEqual(err, tol_rel)
+    return a, b
+
+
+class Fidelity(unittest.TestCase):
+    def test_one_and_two_adapters_f32(self):
+        for arch in ("qwen3", "qwen2"):
+            with self.subTest(arch=arch):
+                model = make_model(f"lora-base-{arch}.gguf", arch=arch)
+                a = make_adapter(f"lora-{arch}-r8", model, "--rank", "8", "--seed", "11")
+                b = make_adapter(f"lora-{arch}-r4-rs", model, "--rank", "4", "--rslora",
+                                 "--alpha", "6", "--layer-rank", "0:6", "--targets",
+                                 "q,v,o,down", "--type", "bf16", "--seed", "12")
+                base = work_path(f"lora-{arch}-bare.npy")
+                ids = token_ids(1024, N_PREFILL + N_DECODE, seed=len(f"{arch}-one"))
+                pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *ORACLE, "-o", base)
+                one, _ = compare(self, model, f"{arch}-one", [a])
+                # The adapter changes the logits well beyond the tolerance: the test can fail.
+                moved = np.abs(one - load_npy(base)).max() / np.abs(one).max()
+                print(f"{arch}: the adapter moves the logits by {moved:.2e} of the largest")
+                self.assertGreater(moved, 1e-2)
+                compare(self, model, f"{arch}-two", [f"{a}:0.7", f"{b}:1.3"])
+
+    def test_int4_package_kl(self):
+        model = make_model("lora-base-q8.gguf", type="q8_0", seed=3)
+        package = work_path("lora-base.pocket")
+        if not os.path.exists(package):
+            pocket("convert", model, "-o", package)
+        adapter = make_adapter("lora-pkg-r16", model, "--rank", "16", "--seed", "5")
+        ids = token_ids(1024, N_PREFILL + N_DECODE, seed=21)
+        kls = []
+        for loras in ([], [adapter]):
+            lora_args = [x for l in loras for x in ("--lora", l)]
+            ours, ref = work_path("lora-pkg.npy"), work_path("lora-pkg.ref.npy")
+            pocket("logits", "-m", package, "--ids", ids_arg(ids), "--all", "--decode-from",
+                   N_PREFILL, *lora_args, "-o", ours)
+            reference("logits", package, "--ids", ids_arg(ids), *lora_args, "-o", ref)
+            kls.append(kl_mean(load_npy(ref), load_npy(ours)))
+        print(f"INT4 package mean KL vs reference: bare {kls[0]:.3e}, with adapter {kls[1]:.3e}")
+        self.assertLessEqual(kls[1], kls[0] * 1.1 + 1e-6)
+
+
+class Generation(unittest.TestCase):
+    def test_greedy_matches_reference_and_speculation(self):
+        """stories260K (a real trained model; llama2.c, so q/k stay unadapted: its rows are in
+        interleaved-RoPE order) with a synthetic adapter small enough to keep the text a story
+        but large enough to change it."""
+        adapter = make_adapter("lora-stories", STORIES, "--rank", "4", "--targets",
+                               "v,o,gate,up,down", "--init", "0.2", "--seed", "3")
+        prompt = "Once upon a time"
+        base = ("-m", STORIES, "--tokenizer", STORIES_TOK, "-p", prompt, "-n", 48, "--temp", 0,
+                "--json", "--kv-type", "f32")
+        ref = reference("generate", STORIES, "--tokenizer", STORIES_TOK, "--prompt", prompt,
+                        "-n", 48, "--stop", 1, "--lora", adapter).stdout.strip()
+        bare = json.loads(pocket("run", *base).stdout)
+        outs = {}
+        for name, extra in (("plain", ()), ("lookup", ("--spec", "lookup"))):
+            j = json.loads(pocket("run", *base, "--lora", adapter, *extra).stdout)
+            outs[name] = ",".join(str(t) for t in j["tokens"])
+            self.assertEqual(j["adapters"][0]["path"], adapter)
+            self.assertEqual(j["adapters"][0]["targets"], "v,o,gate,up,down")
+            if name == "plain":
+                print("with the adapter:", j["text"])
+        print("without it:      ", bare["text"])
+        self.assertNotEqual(",".join(str(t) for t in bare["tokens"]), outs["plain"])
+        self.assertEqual(outs["plain"], ref)
+        self.assertEqual(outs["lookup"], ref)
+
+
+class BadInput(unittest.TestCase):
+    def variant(self, name, edit_config=None, edit_tensors=None, source_model=None):
+        """A copy of a good adapter with its config or tensor header edited."""
+        model = make_model("lora-base-qwen3.gguf")
+        good = make_adapter("lora-qwen3-r8", source_model or model, "--rank", "8", "--seed", "11")
+        path = work_path(f"lora-bad-{name}")
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(good, path)
+        if edit_config:
+            with open(os.path.join(path, "adapter_config.json")) as f:
+                cfg = json.load(f)
+            edit_config(cfg)
+            with open(os.path.join(path, "adapter_config.json"), "w") as f:
+                json.dump(cfg, f)
+        if edit_tensors:
+            st = os.path.join(path, "adapter_model.safetensors")
+            with open(st, "rb") as f:
+                data = f.read()
+            n = struct.unpack("<Q", data[:8])[0]
+            header = json.loads(data[8:8 + n])
+            body = data[8 + n:]
+            header, body = edit_tensors(header, body)
+            text = json.dumps(header).encode()
+            text += b" " * (-len(text) % 8)
+            with open(st, "wb") as f:
+                f.write(struct.pack("<Q", len(text)) + text + body)
+        return model, path
+
+    def expect_error(self, model, adapter, *needles):
+        p = pocket("logits", "-m", model, "--ids", "1,2,3", "--lora", adapter, "-o",
+                   work_path("lora-bad.npy"), check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        for needle in needles:
+            self.assertIn(needle, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        print(p.stderr.strip().splitlines()[-1][:200])
+
+    def test_errors_name_the_problem(self):
+        first_a = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+        first_b = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+
+        def drop(name):
+            def edit(h, body):
+                del h[name]
+                return h, body
+            return edit
+
+        def reshape(name, shape):
+            def edit(h, body):
+                e = h[name]
+                e["shape"] = shape
+                return h, body
+            return edit
+
+        def rename(old, new):
+            def edit(h, body):
+                h[new] = h.pop(old)
+                return h, body
+            return edit
+
+        model, p = self.variant("no-b", edit_tensors=drop(first_b))
+        self.expect_error(model, p, first_a, "no matching lora_B")
+        # Rank 8 in A, B claims [out, 4] with the bytes of half the rows: a rank mismatch.
+        def rank_mismatch(h, body):
+            e = h[first_b]
+            begin, end = e["data_offsets"]
+            e["shape"] = [e["shape"][0], 4]
+            e["data_offsets"] = [begin, begin + (end - begin) // 2]
+            return h, body
+        model, p = self.variant("rank", edit_tensors=rank_mismatch)
+        self.expect_error(model, p, first_b, "[256, 4]")
+        model, p = self.variant("rank-config", edit_config=lambda c: c.update(r=4))
+        self.expect_error(model, p, "rank 8", "gives 4")
+        model, p = self.variant("dora", edit_config=lambda c: c.update(use_dora=True))
+        self.expect_error(model, p, "use_dora")
+        model, p = self.variant("mts", edit_config=lambda c: c.update(modules_to_save=["lm_head"]))
+        self.expect_error(model, p, "modules_to_save")
+        model, p = self.variant("embed", edit_tensors=rename(
+            first_a, "base_model.model.model.embed_tokens.lora_embedding_A"))
+        self.expect_error(model, p, "embed_tokens", "not supported")
+        model, p = self.variant("magnitude", edit_tensors=rename(
+            first_a, "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector"))
+        self.expect_error(model, p, "DoRA")
+        # An adapter made for another base (wider d_ff): the shape error names tensor and sizes.
+        other = make_model("lora-other-base.gguf", preset="tiny", seed=2,
+                           extra=("--layers", "3"))
+        wide = make_adapter("lora-other-r8", other, "--rank", "8")
+        base = make_model("lora-base-qwen3.gguf")
+        self.expect_error(base, wide, "layer 2", "2 layers")
+        # Truncated and corrupt files.
+        model, p = self.variant("truncated")
+        st = os.path.join(p, "adapter_model.safetensors")
+        with open(st, "r+b") as f:
+            f.truncate(os.path.getsize(st) // 2)
+        self.expect_error(model, p, "adapter_model.safetensors")
+        model, p = self.variant("corrupt-config")
+        with open(os.path.join(p, "adapter_config.json"), "w") as f:
+            f.write("{\"r\": 8, ")
+        self.expect_error(model, p, "adapter_config.json", "JSON")
+        self.expect_error(model, work_path("no-such-adapter"), "no-such-adapter")
+
+
+if __name__ == "__main__":
+    main_unittest()
