@@ -11,7 +11,7 @@ Command AddBenchCommand(CLI::App& root) {
   auto* app =
       root.add_subcommand("bench", "benchmark prefill and decode against measured ceilings");
   struct Flags {
-    std::vector<std::string> models;
+    std::vector<std::string> models, lora;
     int32_t n_prompt = 512, n_gen = 128, repetitions = 5, n_batch = 512;
     std::string threads = "1,2";
     std::string kv_type = "f16";
@@ -67,6 +67,10 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_flag("--verify-cost", f->verify_cost,
                 "measure the verification cost curve c(k) = forward of k tokens after the prompt / "
                 "one decode step, k = 1..16 (also with --spec)");
+  app->add_option("--lora", f->lora,
+                  "also run each repetition with this LoRA adapter (PEFT directory[:SCALE], "
+                  "repeatable: all at once) right after the bare run, and compare")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   SetExamples(app,
               {"pocket bench -m model.pocket",
                "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings --json",
@@ -129,6 +133,7 @@ Command AddBenchCommand(CLI::App& root) {
         config.spec = spec_modes;
         config.draft_max = f->draft_max;
         config.verify_cost = f->verify_cost;
+        config.lora = f->lora;
         config.threads.clear();
         for (const std::string& part : SplitString(f->threads, ',')) {
           char* end = nullptr;
@@ -196,6 +201,11 @@ Command AddBenchCommand(CLI::App& root) {
             std::printf("\n%s", ConstrainedMarkdownHeader().c_str());
             for (const BenchResult& r : *results)
               std::printf("%s", ConstrainedMarkdownRow(r).c_str());
+          }
+          if (!results->empty() && !results->front().adapters.empty()) {
+            std::printf("\nLoRA adapters (each repetition: bare, then with the adapters)\n\n%s",
+                        LoraMarkdownHeader().c_str());
+            for (const BenchResult& r : *results) std::printf("%s", LoraMarkdownRow(r).c_str());
           }
           if (!results->empty() && !results->front().verify_cost.empty()) {
             std::printf(

@@ -351,6 +351,48 @@ TEST_P(KernelsTest, DenseGemmAddTermIsBitExact) {
   }
 }
 
+// The LoRA output step: every table gives the reference's bits (f32 and bf16 factors, a range of
+// outputs that is not a multiple of any vector width, several tokens with row strides), and the
+// reference is the definition: y + sum over r of m[r] * bt[r][o], one multiply and add per r.
+TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
+  const KernelTable& k = *GetParam();
+  ASSERT_NE(k.lora_expand, nullptr) << k.name;
+  const int64_t rank = 13, cols = 611, n = 5, ldm = rank + 3, ldy = cols + 7;
+  for (DType type : {DType::kF32, DType::kBF16}) {
+    const std::vector<float> bf = Random(static_cast<size_t>(rank * cols), 101);
+    const size_t esize = type == DType::kF32 ? 4 : 2;
+    std::vector<uint8_t> bt(static_cast<size_t>(rank * cols) * esize);
+    std::vector<float> exact(bf.size());
+    for (size_t i = 0; i < bf.size(); ++i) {
+      if (type == DType::kF32) {
+        std::memcpy(&bt[i * 4], &bf[i], 4);
+        exact[i] = bf[i];
+      } else {
+        const uint16_t h = FloatToBf16(bf[i]);
+        std::memcpy(&bt[i * 2], &h, 2);
+        exact[i] = Bf16ToFloat(h);
+      }
+    }
+    const WeightMatrix w{type, rank, cols, bt.data(), static_cast<size_t>(cols) * esize};
+    const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
+    const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
+    std::vector<float> want = y0, got = y0;
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t o = 3; o < cols - 5; ++o) {
+        float acc = want[t * ldy + o];
+        for (int64_t r = 0; r < rank; ++r) {
+          // volatile: the product is rounded on its own (no fused multiply-add in this file).
+          const volatile float prod = m[t * ldm + r] * exact[r * cols + o];
+          acc = acc + prod;
+        }
+        want[t * ldy + o] = acc;
+      }
+    }
+    k.lora_expand(w, m.data(), ldm, n, 3, cols - 5, got.data(), ldy);
+    ASSERT_EQ(want, got) << k.name << " " << DTypeName(type);
+  }
+}
+
 // The reference defines the add term's arithmetic: kStore adds it to the product (one rounding),
 // kAccumulate adds that sum to y, and SwiGLU takes silu(gate + a) * (up + b), each term at its
 // logical output column; the same numbers, bit for bit, from the matrix's plain kStore outputs.

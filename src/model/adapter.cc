@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <new>
 #include <regex>
 
 #include "base/float16.h"
@@ -14,6 +15,7 @@
 #include "base/str.h"
 #include "format/hf_directory.h"
 #include "format/safetensors.h"
+#include "quant/quantize.h"
 
 namespace pocket {
 namespace {
@@ -306,7 +308,34 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
     PatternValue(alpha_pattern, module, &module_alpha);
     LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
     p.a = MatrixView(*ta);
-    p.b = MatrixView(*tb);
+    // B transposed, in bf16 when stored so, else in f32; the mapped pages of B are released.
+    const WeightMatrix b = MatrixView(*tb);
+    const DType bt_type = b.type == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    const size_t esize = bt_type == DType::kBF16 ? 2 : 4;
+    std::unique_ptr<uint8_t[]> bt(new (std::nothrow)
+                                      uint8_t[static_cast<size_t>(out * rank) * esize]);
+    if (bt == nullptr)
+      return ResourceExhaustedError("cannot allocate ", out * rank * esize, " bytes for ",
+                                    tb->name);
+    std::vector<float> row(static_cast<size_t>(rank));
+    for (int64_t o = 0; o < out; ++o) {
+      if (bt_type == DType::kBF16) {
+        const uint8_t* src = b.row(o);
+        for (int64_t k = 0; k < rank; ++k)
+          std::memcpy(bt.get() + (k * out + o) * 2, src + k * 2, 2);
+      } else {
+        DequantizeRow(b.type, b.row(o), row.data(), rank);
+        for (int64_t k = 0; k < rank; ++k)
+          std::memcpy(bt.get() + (k * out + o) * 4, &row[static_cast<size_t>(k)], 4);
+      }
+    }
+    ReleaseMappedPages(tb->data, tb->n_bytes);
+    p.bt.type = bt_type;
+    p.bt.rows = rank;
+    p.bt.cols = out;
+    p.bt.data = bt.get();
+    p.bt.row_bytes = static_cast<size_t>(out) * esize;
+    a->owned_.push_back(std::move(bt));
     p.rank = static_cast<int32_t>(rank);
     p.scale = static_cast<float>(
         module_alpha / (rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank)));

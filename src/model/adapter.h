@@ -33,12 +33,14 @@ bool ParseLoraTarget(std::string_view name, LoraTarget* out);
 // The Hugging Face module of a target ("self_attn.q_proj", "mlp.down_proj").
 std::string_view LoraTargetModule(LoraTarget t);
 
-// One projection's factors: A [rank, in] and B [out, rank] as the file stores them (any type the
-// dense kernels take), and the adapter's own scale (alpha / rank, or alpha / sqrt(rank) for
-// rsLoRA, with rank_pattern / alpha_pattern applied).
+// One projection's factors: A [rank, in] as the file stores it (any type the dense kernels take),
+// B transposed at load into bt [rank, out] (f32, or bf16 when the file holds bf16: the same
+// values), so the output step is rank scaled row additions along the outputs instead of one short
+// dot per output; and the adapter's own scale (alpha / rank, or alpha / sqrt(rank) for rsLoRA,
+// with rank_pattern / alpha_pattern applied).
 struct LoraPair {
   WeightMatrix a;
-  WeightMatrix b;
+  WeightMatrix bt;
   int32_t rank = 0;
   float scale = 0.0f;
   bool present() const { return a.data != nullptr; }
@@ -72,7 +74,8 @@ class LoraAdapter {
   int32_t max_rank_ = 0;
   int32_t n_pairs_ = 0;
   size_t bytes_ = 0;
-  std::shared_ptr<const void> storage_;  // the mapped file (or owned bytes) the factors live in
+  std::shared_ptr<const void> storage_;            // the mapped file the A factors live in
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // the transposed B factors
 };
 
 // An adapter in use, with the user's scale (multiplies the adapter's own).

@@ -57,6 +57,50 @@ void ProjectPlain(const Pass& p, const Linear& l, const float* x, int64_t ldx, c
   }
 }
 
+// The intermediates of the adapters' term for rows [c0, c1) of the stage (at most
+// kLoraChunkRows) into lora_mid: the inputs normalized into lora_xn (when the matrix normalizes
+// its input), then per run of rows sharing a set the rank rows split over the threads.
+void LoraTerms(const Pass& p, const LoraTerm& lora, const float* xr, int64_t ldx, int32_t c0,
+               int32_t c1, const float* norm, int64_t cols) {
+  ForwardScratch& s = p.s();
+  const AdapterSet* first = s.row_adapters[static_cast<size_t>(c0)];
+  if (c1 - c0 == 1) {  // one row (decode): one parallel region, each thread normalizes the row
+    p.pool().ParallelFor(LoraMidCount(lora, *first), [&](int64_t b, int64_t e, int thread) {
+      const float* xn = xr;
+      if (norm != nullptr) {
+        p.k().rmsnorm(xr, norm, p.c.rms_eps, cols, s.lora_thread_xn(thread));
+        xn = s.lora_thread_xn(thread);
+      }
+      LoraMidRows(p.ctx, lora, *first, xn, cols, 1, b, e, s.lora_mid, s.lora_mid_floats,
+                  s.lora_scratch(thread));
+    });
+    return;
+  }
+  const float* xn = xr;
+  int64_t ldxn = ldx;
+  if (norm != nullptr) {
+    p.pool().ParallelFor(c1 - c0, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t)
+        p.k().rmsnorm(xr + t * ldx, norm, p.c.rms_eps, cols, s.lora_xn + t * cols);
+    });
+    xn = s.lora_xn;
+    ldxn = cols;
+  }
+  for (int32_t r0 = c0; r0 < c1;) {
+    const AdapterSet* set = s.row_adapters[static_cast<size_t>(r0)];
+    int32_t r1 = r0 + 1;
+    while (r1 < c1 && s.row_adapters[static_cast<size_t>(r1)] == set) ++r1;
+    if (HasAdapters(set)) {
+      p.pool().ParallelFor(LoraMidCount(lora, *set), [&](int64_t b, int64_t e, int thread) {
+        LoraMidRows(p.ctx, lora, *set, xn + (r0 - c0) * ldxn, ldxn, r1 - r0, b, e,
+                    s.lora_mid + (r0 - c0) * s.lora_mid_floats, s.lora_mid_floats,
+                    s.lora_scratch(thread));
+      });
+    }
+    r0 = r1;
+  }
+}
+
 // The same with the adapters' low-rank term of `lora` added before the epilogue, for the rows
 // whose segment has adapters: chunks of up to kLoraChunkRows rows (the delta buffer's size), each
 // in its run's form; a chunk without adapters runs as it would with none at all.
@@ -83,6 +127,7 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       if (any) {
         part.add = s.lora_delta;
         part.ld_add = lora.width;
+        LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
       }
       if (any && n == 1 && l.packed) {
         ProjectOneRow(p.ctx, l, xr, ldx, norm, part, &lora,
@@ -90,17 +135,23 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
         continue;
       }
       if (any) {
-        p.pool().ParallelFor(n, [&](int64_t b, int64_t e, int thread) {
-          float* ts = s.lora_scratch(thread);
-          for (int64_t i = b; i < e; ++i) {
-            const AdapterSet* set = s.row_adapters[static_cast<size_t>(c0 + i)];
-            float* delta = s.lora_delta + i * lora.width;
-            if (!HasAdapters(set)) {
-              std::memset(delta, 0, static_cast<size_t>(lora.width) * sizeof(float));
-              continue;
+        // The outputs, split by output rows; runs of rows that share a set go together.
+        p.pool().ParallelFor(lora.width, [&](int64_t ob, int64_t oe, int) {
+          for (int32_t r0 = c0; r0 < c1;) {
+            const AdapterSet* set = s.row_adapters[static_cast<size_t>(r0)];
+            int32_t r1 = r0 + 1;
+            while (r1 < c1 && s.row_adapters[static_cast<size_t>(r1)] == set) ++r1;
+            float* delta = s.lora_delta + (r0 - c0) * lora.width;
+            if (HasAdapters(set)) {
+              LoraDeltaRows(p.ctx, lora, *set, s.lora_mid + (r0 - c0) * s.lora_mid_floats,
+                            s.lora_mid_floats, r1 - r0, ob, oe, delta);
+            } else {
+              for (int32_t t = 0; t < r1 - r0; ++t) {
+                std::memset(delta + t * lora.width + ob, 0,
+                            static_cast<size_t>(oe - ob) * sizeof(float));
+              }
             }
-            LoraMids(p.ctx, lora, *set, xr + i * ldx, norm, cols, ts);
-            LoraDelta(p.ctx, lora, *set, 0, lora.width, ts, cols, delta);
+            r0 = r1;
           }
         });
       }

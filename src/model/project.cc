@@ -20,52 +20,56 @@ int32_t TileBlock(const PackedLayout& l) {
   return 0;
 }
 
-void LoraMids(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set, const float* x,
-              const float* norm, int64_t cols, float* ts) {
-  float* xn = ts;
-  float* mid = ts + cols;
-  float* scratch = mid + p.s.lora_mid_floats;
-  if (norm != nullptr) {
-    p.k.rmsnorm(x, norm, p.c.rms_eps, cols, xn);
-  } else {
-    std::memcpy(xn, x, static_cast<size_t>(cols) * sizeof(float));
+int64_t LoraMidCount(const LoraTerm& term, const AdapterSet& set) {
+  int64_t n = 0;
+  for (int i = 0; i < term.n_parts; ++i) {
+    for (const AdapterUse& u : set) n += u.adapter->pair(term.layer, term.parts[i].target).rank;
   }
+  return n;
+}
+
+void LoraMidRows(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+                 const float* xn, int64_t ldxn, int64_t n, int64_t row_begin, int64_t row_end,
+                 float* mid, int64_t ldmid, float* scratch) {
+  int64_t off = 0;
   for (int i = 0; i < term.n_parts; ++i) {
     for (const AdapterUse& u : set) {
-      const LoraPair& pair = u.adapter->pair(term.layer, term.parts[static_cast<size_t>(i)].target);
+      const LoraPair& pair = u.adapter->pair(term.layer, term.parts[i].target);
       if (!pair.present()) continue;
-      p.k.dense_gemm(pair.a, xn, cols, 1, 0, pair.rank, {mid, pair.rank, Epilogue::kStore},
-                     scratch);
-      const float s = pair.scale * u.scale;
-      for (int32_t r = 0; r < pair.rank; ++r) mid[r] *= s;
-      mid += pair.rank;
+      const int64_t b = std::max(row_begin, off), e = std::min(row_end, off + pair.rank);
+      if (b < e) {
+        p.k.dense_gemm(pair.a, xn, ldxn, n, b - off, e - off, {mid + off, ldmid, Epilogue::kStore},
+                       scratch);
+        const float scale = pair.scale * u.scale;
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = b; r < e; ++r) mid[t * ldmid + r] *= scale;
+        }
+      }
+      off += pair.rank;
     }
   }
 }
 
-void LoraDelta(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
-               int64_t o_begin, int64_t o_end, float* ts, int64_t cols, float* delta) {
-  const float* mid = ts + cols;
-  float* scratch = ts + cols + p.s.lora_mid_floats;
+void LoraDeltaRows(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+                   const float* mid, int64_t ldmid, int64_t n, int64_t o_begin, int64_t o_end,
+                   float* delta) {
   for (int i = 0; i < term.n_parts; ++i) {
     const LoraPart& part = term.parts[static_cast<size_t>(i)];
     const int64_t b = std::max(o_begin, part.offset) - part.offset;
     const int64_t e = std::min(o_end, part.offset + part.rows) - part.offset;
-    bool first = true;
+    int64_t off = 0;  // this part's first intermediate row
+    for (int j = 0; j < i; ++j) {
+      for (const AdapterUse& u : set) off += u.adapter->pair(term.layer, term.parts[j].target).rank;
+    }
+    if (b >= e) continue;
+    float* d = delta + part.offset;
+    for (int64_t t = 0; t < n; ++t)
+      std::memset(d + t * term.width + b, 0, static_cast<size_t>(e - b) * sizeof(float));
     for (const AdapterUse& u : set) {
       const LoraPair& pair = u.adapter->pair(term.layer, part.target);
       if (!pair.present()) continue;
-      if (b < e) {
-        p.k.dense_gemm(
-            pair.b, mid, pair.rank, 1, b, e,
-            {delta + part.offset, term.width, first ? Epilogue::kStore : Epilogue::kAccumulate},
-            scratch);
-      }
-      first = false;
-      mid += pair.rank;
-    }
-    if (first && b < e) {
-      std::memset(delta + part.offset + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+      p.k.lora_expand(pair.bt, mid + off, ldmid, n, b, e, d, term.width);
+      off += pair.rank;
     }
   }
 }
@@ -89,17 +93,17 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     qt.group = l.p.layout.group;
     p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
     if (lora != nullptr) {
-      // This thread's panels' outputs of the term (gate and up rows of its pairs when fused).
-      float* ts = p.s.lora_scratch(t);
-      LoraMids(p, *lora, *set, x, norm, cols, ts);
+      // This thread's panels' outputs of the term (gate and up rows of its pairs when fused),
+      // from the intermediates in lora_mid.
       const int64_t rows = l.rows(), half = rows / 2;
+      const float* mid = p.s.lora_mid;
       if (swiglu) {
         const int64_t o0 = std::min(b * kPanelRows, half), o1 = std::min(e * kPanelRows, half);
-        LoraDelta(p, *lora, *set, o0, o1, ts, cols, p.s.lora_delta);
-        LoraDelta(p, *lora, *set, half + o0, half + o1, ts, cols, p.s.lora_delta);
+        LoraDeltaRows(p, *lora, *set, mid, 0, 1, o0, o1, p.s.lora_delta);
+        LoraDeltaRows(p, *lora, *set, mid, 0, 1, half + o0, half + o1, p.s.lora_delta);
       } else {
-        LoraDelta(p, *lora, *set, std::min(b * kPanelRows, rows), std::min(e * kPanelRows, rows),
-                  ts, cols, p.s.lora_delta);
+        LoraDeltaRows(p, *lora, *set, mid, 0, 1, std::min(b * kPanelRows, rows),
+                      std::min(e * kPanelRows, rows), p.s.lora_delta);
       }
     }
     if (swiglu) {

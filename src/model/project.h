@@ -42,15 +42,20 @@ struct LoraTerm {
   int64_t width = 0;
 };
 
-// One row's low-rank term, in two steps (a thread computes the intermediates of its row once and
-// then any range of the outputs): LoraMids: norm?(x) (`cols` inputs) into `ts` (a thread's
-// lora_scratch), then every adapter's scaled A·xn; LoraDelta: delta[o] = sum over the set of
-// B·mid for outputs [o_begin, o_end) (zero where no adapter has the part). Each output is one
-// dense-kernel dot in a fixed order, so a row's delta never depends on the batch or the thread.
-void LoraMids(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set, const float* x,
-              const float* norm, int64_t cols, float* ts);
-void LoraDelta(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
-               int64_t o_begin, int64_t o_end, float* ts, int64_t cols, float* delta);
+// The low-rank term in two steps, so each can be split over threads: the intermediates (mid:
+// one row per rank row of every adapter's part, scaled by the adapter's and the user's scale;
+// LoraMidCount rows in all) and the outputs (delta[t][o] = sum over the set of B·mid, zero
+// where no adapter has the part). Rows [row_begin, row_end) of the intermediates and outputs
+// [o_begin, o_end) for n tokens; xn: the (normalized) inputs, row stride ldxn; scratch: a
+// thread's lora_scratch. Each value is one dense-kernel dot in the canonical order, so it never
+// depends on the split, the batch or the thread count.
+int64_t LoraMidCount(const LoraTerm& term, const AdapterSet& set);
+void LoraMidRows(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+                 const float* xn, int64_t ldxn, int64_t n, int64_t row_begin, int64_t row_end,
+                 float* mid, int64_t ldmid, float* scratch);
+void LoraDeltaRows(const ProjectContext& p, const LoraTerm& term, const AdapterSet& set,
+                   const float* mid, int64_t ldmid, int64_t n, int64_t o_begin, int64_t o_end,
+                   float* delta);
 
 // Segments of at least this many rows use the tile form (when the table has prefill_gemm).
 inline constexpr int32_t kTileFormMinRows = 32;
@@ -61,7 +66,8 @@ int32_t TileBlock(const PackedLayout& l);
 // out = W · norm?(x) for rows [0, n) of x (row stride ldx) in the given form. out.add, when set,
 // is the additive term of kernel_table.h (a low-rank delta joining before the epilogue).
 // With `lora` and `set`, every thread first computes the term's outputs of its own panels into
-// out.add (which must point at ForwardScratch::lora_delta, row stride lora->width).
+// out.add (which must point at ForwardScratch::lora_delta, row stride lora->width) from the
+// intermediates in ForwardScratch::lora_mid (computed before, LoraMidRows).
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
                    const float* norm, const GemmOut& out, const LoraTerm* lora = nullptr,
                    const AdapterSet* set = nullptr);

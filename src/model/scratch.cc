@@ -111,9 +111,11 @@ Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
   const int64_t max_cols = std::max({int64_t{c.d_model}, c.q_dim(), int64_t{c.d_ff}});
   const int64_t width =
       std::max({c.q_dim() + 2 * c.kv_dim(), 2 * int64_t{c.d_ff}, c.q_dim(), int64_t{c.d_model}});
-  const int64_t per_thread = (2 * max_cols + mid_floats + 15) / 16 * 16;
+  const int64_t per_thread = (2 * max_cols + 15) / 16 * 16;  // dense scratch, one input row
   const int64_t delta = int64_t{kLoraChunkRows} * width;
-  const int64_t total = delta + n_threads_ * per_thread;
+  const int64_t xn = int64_t{kLoraChunkRows} * max_cols;
+  const int64_t mid = (int64_t{kLoraChunkRows} * mid_floats + 15) / 16 * 16;
+  const int64_t total = delta + xn + mid + n_threads_ * per_thread;
   std::unique_ptr<float[]> buffer(new (std::nothrow) float[static_cast<size_t>(total)]);
   if (buffer == nullptr) {
     return ResourceExhaustedError("cannot allocate ", total * 4, " bytes for adapter buffers");
@@ -122,9 +124,12 @@ Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
   lora_bytes_ = static_cast<size_t>(total) * sizeof(float);
   lora_delta = lora_buffer_.get();
   lora_width = width;
-  lora_thread = lora_delta + delta;
+  lora_xn = lora_delta + delta;
+  lora_mid = lora_xn + xn;
+  lora_thread = lora_mid + mid;
   lora_thread_floats = per_thread;
   lora_mid_floats = mid_floats;
+  lora_cols = max_cols;
   return Status::Ok();
 }
 

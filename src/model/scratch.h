@@ -93,17 +93,22 @@ class ForwardScratch {
 
   // Buffers of the adapters' low-rank terms (GemmOut::add), made by ReserveAdapters when a
   // session takes adapters (never on the decode path): the delta of up to kLoraChunkRows rows of
-  // the widest projection, and per thread the normalized input row, the rank-sized intermediate
-  // (mid_floats) and the dense kernels' scratch.
-  static constexpr int32_t kLoraChunkRows = 32;
+  // the widest projection, their inputs and rank-sized intermediates, and per thread the dense
+  // kernels' scratch.
+  static constexpr int32_t kLoraChunkRows = 64;
   float* lora_delta = nullptr;   // [kLoraChunkRows, lora_width]
+  float* lora_xn = nullptr;      // [kLoraChunkRows, max(d_model, q_dim, d_ff)] normalized inputs
+  float* lora_mid = nullptr;     // [kLoraChunkRows, lora_mid_floats] intermediates
   int64_t lora_width = 0;        // the widest projection's outputs (q|k|v, gate|up, ...)
   float* lora_thread = nullptr;  // [n_threads, lora_thread_floats]
   int64_t lora_thread_floats = 0;
   int64_t lora_mid_floats = 0;  // what the buffers were sized for (0: no adapters)
   // Sizes the adapter buffers for a set whose AdapterMidFloats is `mid_floats` (grows only).
   Status ReserveAdapters(const Model& model, int64_t mid_floats);
+  int64_t lora_cols = 0;  // max(d_model, q_dim, d_ff)
+  // A thread's scratch for the dense kernels, and its row for one normalized input.
   float* lora_scratch(int t) const { return lora_thread + t * lora_thread_floats; }
+  float* lora_thread_xn(int t) const { return lora_scratch(t) + lora_cols; }
 
  private:
   std::unique_ptr<uint8_t[]> buffer_;

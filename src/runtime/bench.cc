@@ -1,5 +1,7 @@
 #include "runtime/bench.h"
 
+#include "model/adapter.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -570,17 +572,25 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
         POCKET_ASSIGN_OR_RETURN(constraint, MakeConstraint(*model->tokenizer(), config.constraint));
         r.constrained = true;
       }
-      std::vector<double> pp, tg, cpu, ctg, mask_us, forced, outputs;
+      AdapterSet adapters;
+      for (const std::string& arg : config.lora) {
+        std::string adapter_path;
+        float scale = 1.0f;
+        POCKET_RETURN_IF_ERROR(ParseAdapterArg(arg, &adapter_path, &scale));
+        POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> a,
+                                LoraAdapter::Load(adapter_path, *model));
+        r.adapter_bytes += a->bytes();
+        adapters.push_back({std::move(a), scale});
+      }
+      r.adapters = AdapterSetName(adapters);
+      std::vector<double> pp, tg, cpu, ctg, mask_us, forced, outputs, lpp, ltg, switch_us;
       std::vector<uint64_t> mask;
-      for (int32_t run = 0; run <= config.repetitions; ++run) {
-        say(StrCat(path, ": ", n_threads, " thread(s), ",
-                   run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": ",
-                   work));
+      // One prefill of the prompt and n_gen greedy decode steps: seconds of each.
+      auto prefill_and_decode = [&](double* pp_s, double* tg_s) -> Status {
         session->Reset();
-        const double cpu0 = ProcessCpuSeconds();
         Stopwatch w;
         if (prefill) POCKET_RETURN_IF_ERROR(session->Append(prompt));
-        const double pp_s = w.elapsed_s();
+        *pp_s = w.elapsed_s();
         w.Reset();
         for (int32_t i = 0; i < config.n_gen; ++i) {
           int32_t next = prompt[0];
@@ -591,8 +601,33 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
           }
           POCKET_RETURN_IF_ERROR(session->Append(std::span<const int32_t>(&next, 1)));
         }
-        const double tg_s = w.elapsed_s();
+        *tg_s = w.elapsed_s();
+        return Status::Ok();
+      };
+      for (int32_t run = 0; run <= config.repetitions; ++run) {
+        say(StrCat(path, ": ", n_threads, " thread(s), ",
+                   run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": ", work,
+                   adapters.empty() ? "" : " (bare, then with the adapters)"));
+        const double cpu0 = ProcessCpuSeconds();
+        double pp_s = 0, tg_s = 0;
+        POCKET_RETURN_IF_ERROR(prefill_and_decode(&pp_s, &tg_s));
         const double run_cpu = ProcessCpuSeconds() - cpu0;
+        if (!adapters.empty()) {
+          Stopwatch sw;
+          POCKET_RETURN_IF_ERROR(session->SetAdapters(adapters));
+          const double on_us = static_cast<double>(sw.elapsed_us());
+          double lpp_s = 0, ltg_s = 0;
+          POCKET_RETURN_IF_ERROR(prefill_and_decode(&lpp_s, &ltg_s));
+          sw.Reset();
+          POCKET_RETURN_IF_ERROR(session->SetAdapters({}));
+          const double off_us = static_cast<double>(sw.elapsed_us());
+          if (run > 0) {
+            if (prefill) lpp.push_back(config.n_prompt / lpp_s);
+            ltg.push_back(config.n_gen / ltg_s);
+            switch_us.push_back(on_us);
+            switch_us.push_back(off_us);
+          }
+        }
         if (constraint != nullptr) {
           // The same decode from the same prompt (without one, from the start token), each token
           // chosen among the allowed ones.
@@ -600,7 +635,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
           constraint->Reset();
           int64_t constraint_us = 0;
           int32_t n_forced = 0, n_outputs = 0;
-          w.Reset();
+          Stopwatch w;
           for (int32_t i = 0; i < config.n_gen; ++i) {
             Stopwatch mw;
             size_t n_allowed = constraint->AllowedMask(&mask);
@@ -654,6 +689,15 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       }
       r.prefill_tokens_per_s = Summarize(pp);
       r.decode_tokens_per_s = Summarize(tg);
+      if (!adapters.empty()) {
+        r.lora_prefill_tokens_per_s = Summarize(lpp);
+        r.lora_decode_tokens_per_s = Summarize(ltg);
+        r.lora_switch_us = Summarize(switch_us);
+        if (prefill && r.prefill_tokens_per_s.median > 0) {
+          r.lora_prefill_ratio = r.lora_prefill_tokens_per_s.median / r.prefill_tokens_per_s.median;
+        }
+        r.lora_decode_ratio = r.lora_decode_tokens_per_s.median / r.decode_tokens_per_s.median;
+      }
       r.cpu_seconds = Summarize(cpu).median;
       if (constraint != nullptr && r.decode_tokens_per_s.median > 0) {
         r.constrained_decode_ratio =
@@ -823,7 +867,40 @@ std::string BenchJson(const BenchResult& r) {
         r.constrained_outputs);
     out += more;
   }
+  if (!r.adapters.empty()) {
+    out.pop_back();
+    char more[768];
+    std::snprintf(more, sizeof more,
+                  ", \"adapters\": %s, \"adapter_bytes\": %llu, "
+                  "\"lora_prefill_tokens_per_s\": %s, \"lora_decode_tokens_per_s\": %.3f, "
+                  "\"lora_prefill_ratio\": %s, \"lora_decode_ratio\": %.4f, "
+                  "\"lora_switch_us\": %.1f, \"lora_switch_us_max\": %.1f}",
+                  JsonString(r.adapters).c_str(), static_cast<unsigned long long>(r.adapter_bytes),
+                  JsonNumber(prefill, "%.3f", r.lora_prefill_tokens_per_s.median).c_str(),
+                  r.lora_decode_tokens_per_s.median,
+                  JsonNumber(prefill, "%.4f", r.lora_prefill_ratio).c_str(), r.lora_decode_ratio,
+                  r.lora_switch_us.median, r.lora_switch_us.max);
+    out += more;
+  }
   return out;
+}
+
+std::string LoraMarkdownHeader() {
+  return "| model | threads | adapters | adapter bytes | pp t/s bare | pp t/s adapters | ratio "
+         "| tg t/s bare | tg t/s adapters | ratio | switch us (max) |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|\n";
+}
+
+std::string LoraMarkdownRow(const BenchResult& r) {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "| %s | %d | %s | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f | %.0f (%.0f) |\n",
+                ModelName(r.model).c_str(), r.threads, r.adapters.c_str(),
+                HumanBytes(r.adapter_bytes).c_str(), r.prefill_tokens_per_s.median,
+                r.lora_prefill_tokens_per_s.median, r.lora_prefill_ratio,
+                r.decode_tokens_per_s.median, r.lora_decode_tokens_per_s.median,
+                r.lora_decode_ratio, r.lora_switch_us.median, r.lora_switch_us.max);
+  return buf;
 }
 
 std::string SpecMarkdownHeader() {

@@ -51,6 +51,10 @@ struct BenchConfig {
   int32_t draft_max = 8;
   // The verification cost curve c(k) without speculative modes.
   bool verify_cost = false;
+  // LoRA adapters (FILE|DIR[:SCALE], model/adapter.h): each repetition also runs the same
+  // prefill and decode with these adapters on the same session, right after the bare run
+  // (interleaved, so both see the same machine), and times the switches (Session::SetAdapters).
+  std::vector<std::string> lora;
 };
 
 // A `pocket bench --spec` mode: [auto:]DRAFTER, DRAFTER one of
@@ -166,6 +170,13 @@ struct BenchResult {
   std::vector<double> verify_cost;
   double decode_step_ms = 0;  // that decode step's median time
   std::vector<SpecBenchResult> spec;
+  // With BenchConfig::lora (empty name otherwise).
+  std::string adapters;        // AdapterSetName
+  uint64_t adapter_bytes = 0;  // the adapters' factors as stored
+  Stat lora_prefill_tokens_per_s, lora_decode_tokens_per_s;
+  double lora_prefill_ratio = 0;  // median with adapters / median bare
+  double lora_decode_ratio = 0;
+  Stat lora_switch_us;  // one SetAdapters call (bare <-> adapters)
 };
 
 StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config);
@@ -179,6 +190,8 @@ std::string ConstrainedMarkdownRow(const BenchResult& r);
 // the prefill fields are null when n_prompt is 0.
 std::string BenchJson(const BenchResult& r);
 // The speculative decoding tables (when modes or the verification cost were measured).
+std::string LoraMarkdownHeader();
+std::string LoraMarkdownRow(const BenchResult& r);
 std::string SpecMarkdownHeader();
 std::string SpecMarkdownRow(const BenchResult& r, const SpecBenchResult& s);
 std::string VerifyCostMarkdownHeader();

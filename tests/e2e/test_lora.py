@@ -130,6 +130,28 @@ class Generation(unittest.TestCase):
         self.assertEqual(outs["lookup"], ref)
 
 
+    def test_packed_base_speculation_and_threads(self):
+        """On a package (packed int4 weights: one-row decode kernels, the exact multi-row form in
+        verification passes) the adapter's tokens are the same with prompt lookup verifying
+        drafts, and on 1 or 2 threads."""
+        adapter = make_adapter("lora-stories", STORIES, "--rank", "4", "--targets",
+                               "v,o,gate,up,down", "--init", "0.2", "--seed", "3")
+        package = work_path("lora-stories.pocket")
+        if not os.path.exists(package):
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "-o", package)
+        runs = {}
+        for name, extra in (("plain-2", ("-t", 2)), ("lookup-2", ("-t", 2, "--spec", "lookup")),
+                            ("plain-1", ("-t", 1)), ("lookup-1", ("-t", 1, "--spec", "lookup"))):
+            j = json.loads(pocket("run", "-m", package, "-p", "Once upon a time", "-n", 96,
+                                  "--temp", 0, "--json", "--lora", adapter, *extra).stdout)
+            runs[name] = j
+        tokens = {k: v["tokens"] for k, v in runs.items()}
+        print({k: (len(v), runs[k]["verify_passes"]) for k, v in tokens.items()})
+        self.assertGreater(runs["lookup-2"]["verify_passes"], 0)
+        for name in ("lookup-2", "plain-1", "lookup-1"):
+            self.assertEqual(tokens[name], tokens["plain-2"], name)
+
+
 class BadInput(unittest.TestCase):
     def variant(self, name, edit_config=None, edit_tensors=None, source_model=None):
         """A copy of a good adapter with its config or tensor header edited."""

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tables.h"
@@ -147,6 +148,7 @@ const KernelTable& DotprodKernels() {
       .packed_gemm = arm::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tables.h"
@@ -203,6 +204,7 @@ const KernelTable& I8mmKernels() {
       .packed_gemm = arm::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

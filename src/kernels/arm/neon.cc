@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
@@ -356,6 +357,7 @@ const KernelTable& NeonKernels() {
       .packed_gemm = arm::neon::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

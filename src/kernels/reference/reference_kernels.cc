@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/lora_expand.h"
 #include "base/float16.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/canonical.h"
@@ -438,6 +439,7 @@ const KernelTable& ReferenceKernels() {
       // reference::PrefillGemm is the ground truth of tables that set prefill_gemm.
       .prefill_gemm = nullptr,
       .dense_gemm = reference::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = reference::Rmsnorm,
       .rope = reference::Rope,
       .silu_mul = reference::SiluMul,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/lora_expand.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -291,6 +292,7 @@ const KernelTable& Avx2Kernels() {
       .packed_gemm = avx2::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = avx2::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = avx2::Rmsnorm,
       .rope = avx2::Rope,
       .silu_mul = avx2::SiluMul,

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/lora_expand.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -718,6 +719,7 @@ const KernelTable& Avx512Kernels() {
       .packed_gemm = avx512::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = avx512::DenseGemm,
+      .lora_expand = LoraExpandImpl,
       .rmsnorm = avx512::Rmsnorm,
       .rope = avx512::Rope,
       .silu_mul = avx512::SiluMul,
