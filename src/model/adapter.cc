@@ -142,7 +142,6 @@ std::string LoraAdapter::targets() const {
 
 StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string& path,
                                                                const Model& base) {
-  const ModelConfig& c = base.config();
   std::string dir = path, weights_path;
   if (IsDirectory(path)) {
     weights_path = path + "/adapter_model.safetensors";
@@ -167,6 +166,26 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
     return NotFoundError(weights_path, ": no such file");
   }
   POCKET_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(config_path));
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Open(weights_path));
+  return FromPeft(config_text, config_path, std::move(file), weights_path, path, base.config(),
+                  /*owns_mapping=*/true);
+}
+
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::ParsePeft(const std::string& config_json,
+                                                                    const uint8_t* safetensors,
+                                                                    size_t size,
+                                                                    const ModelConfig& base) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                          SafetensorsFile::Parse(safetensors, size, "adapter_model.safetensors"));
+  return FromPeft(config_json, "adapter_config.json", std::move(file), "adapter_model.safetensors",
+                  "adapter", base, /*owns_mapping=*/false);
+}
+
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPeft(
+    const std::string& config_text, const std::string& config_path,
+    std::unique_ptr<SafetensorsFile> file, const std::string& weights_path, const std::string& path,
+    const ModelConfig& c, bool owns_mapping) {
   POCKET_ASSIGN_OR_RETURN(auto config, ParseConfigJson(config_text, config_path));
   auto find = [&](const char* key) -> const ConfigValue* {
     auto it = config.find(key);
@@ -215,8 +234,6 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
   const ConfigValue* rank_pattern = find("rank_pattern");
   const ConfigValue* alpha_pattern = find("alpha_pattern");
 
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                          SafetensorsFile::Open(weights_path));
   std::shared_ptr<LoraAdapter> a(new LoraAdapter());
   a->path_ = path;
   a->format_ = "peft";
@@ -253,6 +270,12 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
     if (t.shape.size() != 2) {
       return InvalidArgumentError(weights_path, ": tensor ", t.name, " has shape ",
                                   ShapeString(t.shape), "; a LoRA factor is a matrix");
+    }
+    if (t.shape[0] <= 0 || t.shape[1] <= 0 ||
+        t.n_bytes !=
+            static_cast<size_t>(t.shape[0] * t.shape[1]) * (t.type == DType::kF32 ? 4 : 2)) {
+      return InvalidArgumentError(weights_path, ": tensor ", t.name, " has ", t.n_bytes,
+                                  " bytes for shape ", ShapeString(t.shape));
     }
     auto& slot = (is_a ? as : bs)[{layer, static_cast<int>(target)}];
     slot = &t;
@@ -329,7 +352,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
           std::memcpy(bt.get() + (k * out + o) * 4, &row[static_cast<size_t>(k)], 4);
       }
     }
-    ReleaseMappedPages(tb->data, tb->n_bytes);
+    if (owns_mapping) ReleaseMappedPages(tb->data, tb->n_bytes);
     p.bt.type = bt_type;
     p.bt.rows = rank;
     p.bt.cols = out;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "model/model.h"
 
@@ -53,6 +54,13 @@ class LoraAdapter {
   static StatusOr<std::shared_ptr<const LoraAdapter>> Load(const std::string& path,
                                                            const Model& base);
 
+  // The same from bytes: the adapter_config.json text and the safetensors file's bytes (which
+  // must outlive the adapter), for a base of config `base` (the fuzz target's entry).
+  static StatusOr<std::shared_ptr<const LoraAdapter>> ParsePeft(const std::string& config_json,
+                                                                const uint8_t* safetensors,
+                                                                size_t size,
+                                                                const ModelConfig& base);
+
   const std::string& path() const { return path_; }
   std::string_view format() const { return format_; }
   int32_t n_layers() const { return static_cast<int32_t>(layers_.size()); }
@@ -68,6 +76,10 @@ class LoraAdapter {
 
  private:
   LoraAdapter() = default;
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromPeft(
+      const std::string& config_text, const std::string& config_path,
+      std::unique_ptr<SafetensorsFile> file, const std::string& weights_path,
+      const std::string& path, const ModelConfig& c, bool owns_mapping);
   std::string path_;
   std::string format_;
   std::vector<std::array<LoraPair, kLoraTargets>> layers_;

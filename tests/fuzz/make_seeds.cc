@@ -1,6 +1,7 @@
 // Writes small valid inputs for the fuzzers to start from: a GGUF with every metadata type and a
 // few tensor types, a safetensors file, a small tokenizer.json, .pocket tokenizer sections of
 // both versions, a .pocket file.
+#include <sys/stat.h>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +10,8 @@
 #include "format/gguf_writer.h"
 #include "format/pocket_file.h"
 #include "format/safetensors.h"
+#include "model/adapter.h"
+#include "model/synthetic.h"
 #include "quant/quantize.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/spec_io.h"
@@ -97,5 +100,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!p.Write(dir + "/seed.pocket").ok()) return 1;
+  // The adapter loader's input: adapter_config.json, NUL, adapter_model.safetensors (a rank-2
+  // adapter on q and down of the tiny qwen3, one layer with another rank).
+  {
+    auto c = PresetConfig("tiny", Architecture::kQwen3);
+    if (!c.ok()) return 1;
+    SyntheticAdapterOptions o;
+    o.base = *c;
+    o.rank = 2;
+    o.targets = {LoraTarget::kQ, LoraTarget::kDown};
+    o.layer_ranks = {{1, 3}};
+    o.type = DType::kBF16;
+    const std::string adir = dir + "/adapter";
+    if (!IsDirectory(adir) && ::mkdir(adir.c_str(), 0755) != 0) return 1;
+    if (!WriteSyntheticAdapter(o, adir).ok()) return 1;
+    auto config = ReadFileToString(adir + "/adapter_config.json");
+    auto weights = ReadFileToString(adir + "/adapter_model.safetensors");
+    if (!config.ok() || !weights.ok()) return 1;
+    if (!WriteFileAtomically(dir + "/seed.adapter", *config + std::string(1, '\0') + *weights).ok())
+      return 1;
+  }
   return 0;
 }

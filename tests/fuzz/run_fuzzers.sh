@@ -9,7 +9,7 @@ status=0
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 shared="${POCKET_SHARED_DIR:-$root/../shared}"
 for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokenizer_section_fuzz \
-  grammar_fuzz; do
+  grammar_fuzz adapter_fuzz; do
   corpus="$work/corpus-$target"
   mkdir -p "$corpus"
   case "$target" in
@@ -17,6 +17,7 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokeniz
     safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
     tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
     pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
+    adapter_fuzz) cp "$work/seeds/seed.adapter" "$corpus/" ;;
     tokenizer_section_fuzz) cp "$work/seeds/seed-v1.ptok" "$work/seeds/seed-v2.ptok" "$corpus/" ;;
     grammar_fuzz)
       # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
