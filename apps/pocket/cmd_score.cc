@@ -85,6 +85,7 @@ Command AddScoreCommand(CLI::App& root) {
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "model file or directory")->required();
   f->engine.Register(app);
+  f->engine.RegisterLora(app);
   app->add_option("-p,--prompt", f->prompt, "the prompt");
   app->add_option("--ids", f->ids, "the prompt as comma-separated token ids (instead of -p)");
   app->add_option("--candidates", f->candidates,
@@ -209,6 +210,8 @@ Command AddScoreCommand(CLI::App& root) {
               if (!so.ok()) return ReportUsageError(so.status().message());
               auto session = Session::Create(*model, *so);
               if (!session.ok()) return ReportError(session.status());
+              if (Status a = ApplyAdapters(**session, **model, f->engine); !a.ok())
+                return ReportError(a);
               auto labels = (*session)->Classify(*prompt);
               if (!labels.ok()) return ReportError(labels.status());
               return PrintLabels(*labels, prompt->size(), f->json);
@@ -229,6 +232,7 @@ Command AddScoreCommand(CLI::App& root) {
             auto session = Session::Create(*model, *so);
             if (!session.ok()) return ReportError(session.status());
             Session& s = **session;
+            if (Status a = ApplyAdapters(s, **model, f->engine); !a.ok()) return ReportError(a);
             auto scores = s.Score(*prompt, candidates);
             if (!scores.ok()) return ReportError(scores.status());
 

@@ -138,6 +138,31 @@ POCKET_API void pocket_session_cancel(pocket_session* session);
 /* Forgets the conversation (the next prompt is evaluated from scratch). */
 POCKET_API void pocket_session_reset(pocket_session* session);
 
+/* ---- Task adapters (LoRA) ----
+ * An adapter is loaded once for a model (a PEFT directory: adapter_config.json +
+ * adapter_model.safetensors) and is immutable: any number of sessions may use it at once, each
+ * with its own scale. It must outlive the sessions that use it (free it after them). */
+typedef struct pocket_adapter pocket_adapter;
+POCKET_API pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
+                                             pocket_adapter** out_adapter, pocket_error* err);
+POCKET_API void pocket_adapter_free(pocket_adapter* adapter);
+/* What the adapter holds: the largest rank, the number of adapted matrices, the bytes of its
+ * factors and the targets ("q,k,v,o,gate,up,down"; valid while the adapter lives). */
+POCKET_API int32_t pocket_adapter_max_rank(const pocket_adapter* adapter);
+POCKET_API int32_t pocket_adapter_n_matrices(const pocket_adapter* adapter);
+POCKET_API uint64_t pocket_adapter_bytes(const pocket_adapter* adapter);
+POCKET_API const char* pocket_adapter_targets(const pocket_adapter* adapter);
+/* The adapters the session applies from its next call on, all at once, each with its scale
+ * (scales may be NULL: 1 each; n = 0 removes them). The same set as before keeps the session's
+ * context; another set forgets it (its keys and values were computed with the old set). Takes
+ * well under a millisecond. */
+POCKET_API pocket_status pocket_session_set_adapters(pocket_session* session,
+                                                     const pocket_adapter* const* adapters,
+                                                     const float* scales, size_t n,
+                                                     pocket_error* err);
+/* The number of adapters the session applies now. */
+POCKET_API size_t pocket_session_n_adapters(const pocket_session* session);
+
 /* The seed that means "draw one from the system" (std::random_device): the default. The seed
  * used is reported in pocket_generate_result.seed; passing it back reproduces the run. */
 #define POCKET_SEED_RANDOM UINT64_MAX

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "capi/chat_prompt.h"
+#include "model/adapter.h"
 #include "pocket/pocket.h"
 #include "runtime/candidates.h"
 #include "runtime/request.h"
@@ -25,6 +26,12 @@ struct pocket_model {
   // Sessions of one model share one thread pool per thread count (kept while a session uses it).
   mutable std::mutex pools_mutex{};
   mutable std::map<int32_t, std::weak_ptr<pocket::ThreadPool>> pools{};
+};
+
+struct pocket_adapter {
+  std::shared_ptr<const pocket::LoraAdapter> adapter;
+  const pocket::Model* model = nullptr;
+  std::string targets{};
 };
 
 struct pocket_session {
@@ -292,6 +299,70 @@ void pocket_session_cancel(pocket_session* session) {
 
 void pocket_session_reset(pocket_session* session) {
   if (session != nullptr) session->session->Reset();
+}
+
+pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
+                                  pocket_adapter** out_adapter, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (model == nullptr || path == nullptr || out_adapter == nullptr) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model, path and out_adapter must not be NULL");
+    }
+    *out_adapter = nullptr;
+    auto a = pocket::LoraAdapter::Load(path, *model->model);
+    if (!a.ok()) return Report(err, a.status());
+    auto out = std::make_unique<pocket_adapter>();
+    out->adapter = std::move(*a);
+    out->model = model->model.get();
+    out->targets = out->adapter->targets();
+    *out_adapter = out.release();
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
+void pocket_adapter_free(pocket_adapter* adapter) {
+  delete adapter;
+}
+
+int32_t pocket_adapter_max_rank(const pocket_adapter* adapter) {
+  return adapter == nullptr ? 0 : adapter->adapter->max_rank();
+}
+int32_t pocket_adapter_n_matrices(const pocket_adapter* adapter) {
+  return adapter == nullptr ? 0 : adapter->adapter->n_pairs();
+}
+uint64_t pocket_adapter_bytes(const pocket_adapter* adapter) {
+  return adapter == nullptr ? 0 : adapter->adapter->bytes();
+}
+const char* pocket_adapter_targets(const pocket_adapter* adapter) {
+  return adapter == nullptr ? "" : adapter->targets.c_str();
+}
+
+pocket_status pocket_session_set_adapters(pocket_session* session,
+                                          const pocket_adapter* const* adapters,
+                                          const float* scales, size_t n, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || (n > 0 && adapters == nullptr)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session must not be NULL, nor adapters when n > 0");
+    }
+    pocket::AdapterSet set;
+    for (size_t i = 0; i < n; ++i) {
+      if (adapters[i] == nullptr) {
+        return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                    "adapters[" + std::to_string(i) + "] is NULL");
+      }
+      if (adapters[i]->model != &session->session->model()) {
+        return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                    "adapters[" + std::to_string(i) + "] (" + adapters[i]->adapter->path() +
+                        ") was loaded for another model than the session's");
+      }
+      set.push_back({adapters[i]->adapter, scales != nullptr ? scales[i] : 1.0f});
+    }
+    return Report(err, session->session->SetAdapters(std::move(set)));
+  });
+}
+
+size_t pocket_session_n_adapters(const pocket_session* session) {
+  return session == nullptr ? 0 : session->session->adapters().size();
 }
 
 pocket_generate_params pocket_generate_default_params(void) {

@@ -549,6 +549,67 @@ static void test_chat(const char* path) {
   pocket_model_free(model);
 }
 
+/* LoRA adapters: loaded once, set per session with scales, switched between calls; the output
+ * follows the set (an adapter changes the greedy text, removing it brings the bare text back,
+ * the same set twice keeps the context); errors name the problem. */
+static void test_adapters(const char* model_path, const char* tokenizer, const char* adapter_dir) {
+  pocket_error err;
+  pocket_model_params mp = pocket_model_default_params();
+  mp.tokenizer_path = tokenizer;
+  pocket_model* model = NULL;
+  pocket_status st = pocket_model_load(model_path, &mp, &model, &err);
+  CHECK(st == POCKET_OK, "load: %s", err.message);
+  pocket_adapter* bad = NULL;
+  st = pocket_adapter_load(model, "/nonexistent/adapter", &bad, &err);
+  CHECK(st != POCKET_OK && bad == NULL && strstr(err.message, "/nonexistent/adapter") != NULL,
+        "missing adapter gave %d: %s", (int)st, err.message);
+  pocket_adapter* adapter = NULL;
+  st = pocket_adapter_load(model, adapter_dir, &adapter, &err);
+  CHECK(st == POCKET_OK, "adapter: %s", err.message);
+  CHECK(pocket_adapter_max_rank(adapter) == 4, "rank %d", pocket_adapter_max_rank(adapter));
+  CHECK(strcmp(pocket_adapter_targets(adapter), "v,o,gate,up,down") == 0, "targets %s",
+        pocket_adapter_targets(adapter));
+  CHECK(pocket_adapter_bytes(adapter) > 0 && pocket_adapter_n_matrices(adapter) > 0, "sizes");
+  pocket_session* session = NULL;
+  pocket_session_params sp = pocket_session_default_params();
+  sp.n_ctx = 256;
+  st = pocket_session_create(model, &sp, &session, &err);
+  CHECK(st == POCKET_OK, "session: %s", err.message);
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 32;
+  pocket_generate_result r;
+  Collected* bare = run(session, "Once upon a time", &gp, &r);
+  const pocket_adapter* set[1] = {adapter};
+  const float scale[1] = {1.0f};
+  st = pocket_session_set_adapters(session, set, scale, 1, &err);
+  CHECK(st == POCKET_OK && pocket_session_n_adapters(session) == 1, "set: %s", err.message);
+  Collected* adapted = run(session, "Once upon a time", &gp, &r);
+  CHECK(strcmp(bare->text, adapted->text) != 0, "the adapter changed nothing: %s", bare->text);
+  st = pocket_session_set_adapters(session, set, NULL, 1, &err); /* the same set: scale 1 */
+  CHECK(st == POCKET_OK, "same set: %s", err.message);
+  Collected* again = run(session, "Once upon a time", &gp, &r);
+  CHECK(strcmp(adapted->text, again->text) == 0, "same set, other text");
+  CHECK(r.n_prompt_tokens <= 1, "the same set re-evaluated %d prompt tokens", r.n_prompt_tokens);
+  st = pocket_session_set_adapters(session, NULL, NULL, 0, &err);
+  CHECK(st == POCKET_OK && pocket_session_n_adapters(session) == 0, "clear: %s", err.message);
+  Collected* back = run(session, "Once upon a time", &gp, &r);
+  CHECK(strcmp(bare->text, back->text) == 0, "without the adapter: %s vs %s", bare->text,
+        back->text);
+  const pocket_adapter* none[1] = {NULL};
+  st = pocket_session_set_adapters(session, none, NULL, 1, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "adapters[0]") != NULL,
+        "NULL adapter gave %d", (int)st);
+  printf("adapter: '%s' -> '%s'\n", bare->text, adapted->text);
+  free(bare);
+  free(adapted);
+  free(again);
+  free(back);
+  pocket_session_free(session);
+  pocket_adapter_free(adapter);
+  pocket_model_free(model);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
@@ -798,6 +859,8 @@ int main(int argc, char** argv) {
     pocket_model_free(head_model);
   }
   if (argc == 5) test_chat(argv[4]);
+  const char* adapter_dir = getenv("POCKET_CAPI_ADAPTER");
+  if (adapter_dir != NULL && adapter_dir[0] != '\0') test_adapters(argv[1], argv[2], adapter_dir);
   printf("capi_test: OK\n");
   return 0;
 }

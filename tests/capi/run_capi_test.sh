@@ -62,4 +62,11 @@ rm -f "$chat_model"
 "$build_dir/bin/pocket" make-model --preset tiny --arch qwen3 --type f32 --seed 3 \
   --tokenizer "$qwen3_tokenizer" --classifier-labels yes,no,maybe -o "$chat_model" >/dev/null
 
-"$build_dir/capi_test" "$stories/stories260K.bin" "$stories/tok512.bin" "$head_model" "$chat_model"
+# A LoRA adapter for stories260K (not on q/k: llama2.c rows are in interleaved-RoPE order).
+adapter="$build_dir/capi-adapter"
+rm -rf "$adapter"
+"$build_dir/bin/pocket" make-adapter -m "$stories/stories260K.bin" --rank 4 \
+  --targets v,o,gate,up,down --init 0.2 --seed 3 -o "$adapter" >/dev/null
+
+POCKET_CAPI_ADAPTER="$adapter" "$build_dir/capi_test" "$stories/stories260K.bin" \
+  "$stories/tok512.bin" "$head_model" "$chat_model"
