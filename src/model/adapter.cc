@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <new>
 #include <regex>
@@ -13,6 +14,7 @@
 #include "base/output_file.h"
 #include "base/rng.h"
 #include "base/str.h"
+#include "format/gguf.h"
 #include "format/hf_directory.h"
 #include "format/safetensors.h"
 #include "quant/quantize.h"
@@ -140,9 +142,100 @@ std::string LoraAdapter::targets() const {
   return out;
 }
 
+Status LoraAdapter::BindPairs(
+    LoraAdapter* a, const std::map<std::pair<int32_t, int>, const TensorInfo*>& as,
+    const std::map<std::pair<int32_t, int>, const TensorInfo*>& bs, const ModelConfig& c,
+    const std::string& weights_path, bool owns_mapping, bool hf_order,
+    const std::function<StatusOr<float>(int32_t, LoraTarget, int64_t, const TensorInfo*)>&
+        scale_of) {
+  for (const auto& [key, ta] : as) {
+    if (!bs.count(key)) {
+      return InvalidArgumentError(weights_path, ": tensor ", ta->name,
+                                  " has no matching lora_B tensor");
+    }
+  }
+  for (const auto& [key, tb] : bs) {
+    auto it = as.find(key);
+    if (it == as.end()) {
+      return InvalidArgumentError(weights_path, ": tensor ", tb->name,
+                                  " has no matching lora_A tensor");
+    }
+    const TensorInfo* ta = it->second;
+    const auto [layer, ti] = key;
+    const LoraTarget target = static_cast<LoraTarget>(ti);
+    const auto [out, in] = TargetShape(c, target);
+    const int64_t rank = ta->shape[0];
+    if (ta->shape[1] != in || rank <= 0) {
+      return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has shape ",
+                                  ShapeString(ta->shape), "; the base's ", LoraTargetModule(target),
+                                  " takes ", in, " inputs, so lora_A must be [rank, ", in, "]");
+    }
+    if (tb->shape[0] != out || tb->shape[1] != rank) {
+      return InvalidArgumentError(weights_path, ": tensor ", tb->name, " has shape ",
+                                  ShapeString(tb->shape), "; with lora_A of rank ", rank,
+                                  " and the base's ", out, " outputs it must be [", out, ", ", rank,
+                                  "]");
+    }
+    // Q/K rows: Hugging Face order (PEFT) or the order llama.cpp's converter stores for its
+    // base (GGUF adapters: permuted for interleaved RoPE in llama files, as the base).
+    const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
+    const bool permuted_adapter = !hf_order && c.arch == Architecture::kLlama;
+    if ((target == LoraTarget::kQ || target == LoraTarget::kK) && interleaved != permuted_adapter) {
+      return InvalidArgumentError(
+          weights_path, ": tensor ", ta->name, " adapts ", LoraTargetName(target), " in ",
+          hf_order ? "Hugging Face" : "GGUF",
+          " row order, but the base stores its q/k "
+          "rows for ",
+          interleaved ? "interleaved" : "half-split (neox)",
+          " RoPE; load the base in the adapter's format, or adapt other projections");
+    }
+    POCKET_ASSIGN_OR_RETURN(const float scale, scale_of(layer, target, rank, ta));
+    LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
+    p.a = MatrixView(*ta);
+    // B transposed, in bf16 when stored so, else in f32; the mapped pages of B are released.
+    const WeightMatrix b = MatrixView(*tb);
+    const DType bt_type = b.type == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    const size_t esize = bt_type == DType::kBF16 ? 2 : 4;
+    std::unique_ptr<uint8_t[]> bt(new (std::nothrow)
+                                      uint8_t[static_cast<size_t>(out * rank) * esize]);
+    if (bt == nullptr)
+      return ResourceExhaustedError("cannot allocate ", out * rank * esize, " bytes for ",
+                                    tb->name);
+    std::vector<float> row(static_cast<size_t>(rank));
+    for (int64_t o = 0; o < out; ++o) {
+      if (bt_type == DType::kBF16) {
+        const uint8_t* src = b.row(o);
+        for (int64_t k = 0; k < rank; ++k)
+          std::memcpy(bt.get() + (k * out + o) * 2, src + k * 2, 2);
+      } else {
+        DequantizeRow(b.type, b.row(o), row.data(), rank);
+        for (int64_t k = 0; k < rank; ++k)
+          std::memcpy(bt.get() + (k * out + o) * 4, &row[static_cast<size_t>(k)], 4);
+      }
+    }
+    if (owns_mapping) ReleaseMappedPages(tb->data, tb->n_bytes);
+    p.bt.type = bt_type;
+    p.bt.rows = rank;
+    p.bt.cols = out;
+    p.bt.data = bt.get();
+    p.bt.row_bytes = static_cast<size_t>(out) * esize;
+    a->owned_.push_back(std::move(bt));
+    p.rank = static_cast<int32_t>(rank);
+    p.scale = scale;
+    a->max_rank_ = std::max(a->max_rank_, p.rank);
+    ++a->n_pairs_;
+    a->bytes_ += ta->n_bytes + tb->n_bytes;
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string& path,
                                                                const Model& base) {
   std::string dir = path, weights_path;
+  if (EndsWith(path, ".gguf") && !IsDirectory(path)) {
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
+    return FromGguf(std::move(gguf), path, base.config(), /*owns_mapping=*/true);
+  }
   if (IsDirectory(path)) {
     weights_path = path + "/adapter_model.safetensors";
   } else if (EndsWith(path, ".safetensors")) {
@@ -150,8 +243,9 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
     const size_t slash = path.rfind('/');
     dir = slash == std::string::npos ? "." : path.substr(0, slash);
   } else {
-    return InvalidArgumentError(path, ": not an adapter (expected a PEFT directory with ",
-                                "adapter_config.json and adapter_model.safetensors)");
+    return InvalidArgumentError(
+        path, ": not an adapter (expected a PEFT directory with ",
+        "adapter_config.json and adapter_model.safetensors, or a llama.cpp ", "LoRA .gguf)");
   }
   const std::string config_path = dir + "/adapter_config.json";
   if (!FileExists(config_path)) {
@@ -170,6 +264,110 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string
                           SafetensorsFile::Open(weights_path));
   return FromPeft(config_text, config_path, std::move(file), weights_path, path, base.config(),
                   /*owns_mapping=*/true);
+}
+
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::ParseGguf(const uint8_t* data,
+                                                                    size_t size,
+                                                                    const ModelConfig& base) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf,
+                          GgufFile::Parse(data, size, "adapter.gguf"));
+  return FromGguf(std::move(gguf), "adapter.gguf", base, /*owns_mapping=*/false);
+}
+
+// llama.cpp's LoRA GGUF (convert_lora_to_gguf.py): general.type "adapter", adapter.type "lora",
+// adapter.lora.alpha, tensors blk.N.<name>.weight.lora_a [rank, in] and .lora_b [out, rank].
+StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromGguf(std::unique_ptr<GgufFile> gguf,
+                                                                   const std::string& path,
+                                                                   const ModelConfig& c,
+                                                                   bool owns_mapping) {
+  auto field_error = [&](std::string_view key, const auto&... what) {
+    return InvalidArgumentError(path, ": field ", key, " ", what...);
+  };
+  auto type = gguf->GetString("general.type");
+  if (!type.ok() || *type != "adapter") {
+    return field_error("general.type", "is ", type.ok() ? QuoteBytes(*type) : "missing",
+                       ": not an adapter (a model file?)");
+  }
+  auto adapter_type = gguf->GetString("adapter.type");
+  if (!adapter_type.ok() || *adapter_type != "lora") {
+    return field_error("adapter.type", "is ",
+                       adapter_type.ok() ? QuoteBytes(*adapter_type) : "missing",
+                       "; only LoRA adapters are supported");
+  }
+  if (auto arch = gguf->GetString("general.architecture");
+      arch.ok() && *arch != ArchitectureName(c.arch)) {
+    return field_error("general.architecture", "is ", QuoteBytes(*arch), " but the base is ",
+                       ArchitectureName(c.arch));
+  }
+  double alpha = 0.0;
+  if (gguf->Find("adapter.lora.alpha") != nullptr) {
+    POCKET_ASSIGN_OR_RETURN(alpha, gguf->GetFloat("adapter.lora.alpha"));
+    if (!std::isfinite(alpha) || alpha < 0) return field_error("adapter.lora.alpha", "is ", alpha);
+  }
+  static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
+      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  std::shared_ptr<LoraAdapter> a(new LoraAdapter());
+  a->path_ = path;
+  a->format_ = "gguf";
+  a->layers_.resize(static_cast<size_t>(c.n_layers));
+  std::map<std::pair<int32_t, int>, const TensorInfo*> as, bs;
+  for (const TensorInfo& t : gguf->tensors()) {
+    std::string_view name = t.name;
+    bool parsed = false, is_a = false;
+    int32_t layer = -1;
+    int target = -1;
+    if (StartsWith(name, "blk.")) {
+      name.remove_prefix(4);
+      const size_t dot = name.find('.');
+      const auto [p, ec] =
+          std::from_chars(name.data(), name.data() + std::min(dot, name.size()), layer);
+      if (dot != std::string_view::npos && ec == std::errc() && p == name.data() + dot) {
+        name.remove_prefix(dot + 1);
+        for (int k = 0; k < kLoraTargets; ++k) {
+          const std::string prefix = std::string(kGgufNames[static_cast<size_t>(k)]) + ".weight.";
+          if (name == prefix + "lora_a" || name == prefix + "lora_b") {
+            target = k;
+            is_a = EndsWith(name, "lora_a");
+            parsed = true;
+          }
+        }
+      }
+    }
+    if (!parsed) {
+      std::string why = "is not a LoRA factor of a layer's attn_q/k/v/output or ffn_gate/up/down";
+      if (StartsWith(t.name, "token_embd") || StartsWith(t.name, "output")) {
+        why = "adapts the token embedding or the output matrix, which is not supported";
+      }
+      return InvalidArgumentError(path, ": tensor ", t.name, " ", why);
+    }
+    if (layer < 0 || layer >= c.n_layers) {
+      return InvalidArgumentError(path, ": tensor ", t.name, " is for layer ", layer,
+                                  " but the base model has ", c.n_layers, " layers");
+    }
+    if (!t.type_supported ||
+        (t.type != DType::kF32 && t.type != DType::kF16 && t.type != DType::kBF16)) {
+      return InvalidArgumentError(path, ": tensor ", t.name, " has type ",
+                                  t.type_supported ? DTypeName(t.type) : t.type_name,
+                                  "; LoRA factors must be F32, F16 or BF16 (convert with "
+                                  "--outtype f16)");
+    }
+    if (t.shape.size() != 2 || t.shape[0] <= 0 || t.shape[1] <= 0) {
+      return InvalidArgumentError(path, ": tensor ", t.name, " has shape ", ShapeString(t.shape),
+                                  "; a LoRA factor is a matrix");
+    }
+    (is_a ? as : bs)[{layer, target}] = &t;
+  }
+  if (as.empty() && bs.empty()) {
+    return InvalidArgumentError(path, ": no LoRA factors (blk.N.*.weight.lora_a / lora_b)");
+  }
+  POCKET_RETURN_IF_ERROR(
+      BindPairs(a.get(), as, bs, c, path, owns_mapping, /*hf_order=*/false,
+                [&](int32_t, LoraTarget, int64_t rank, const TensorInfo*) -> StatusOr<float> {
+                  // As llama.cpp: alpha / rank, or 1 when the file gives no alpha.
+                  return static_cast<float>(alpha > 0 ? alpha / static_cast<double>(rank) : 1.0);
+                }));
+  a->storage_ = std::shared_ptr<const GgufFile>(std::move(gguf));
+  return std::shared_ptr<const LoraAdapter>(std::move(a));
 }
 
 StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::ParsePeft(const std::string& config_json,
@@ -283,89 +481,23 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPeft(
   if (as.empty() && bs.empty()) {
     return InvalidArgumentError(weights_path, ": no LoRA factors (lora_A / lora_B tensors)");
   }
-  for (const auto& [key, ta] : as) {
-    if (!bs.count(key)) {
-      return InvalidArgumentError(weights_path, ": tensor ", ta->name,
-                                  " has no matching lora_B tensor");
-    }
-  }
-  const bool interleaved = c.rope_style == RopeStyle::kInterleaved;
-  for (const auto& [key, tb] : bs) {
-    auto it = as.find(key);
-    if (it == as.end()) {
-      return InvalidArgumentError(weights_path, ": tensor ", tb->name,
-                                  " has no matching lora_A tensor");
-    }
-    const TensorInfo* ta = it->second;
-    const auto [layer, ti] = key;
-    const LoraTarget target = static_cast<LoraTarget>(ti);
-    const auto [out, in] = TargetShape(c, target);
-    const int64_t rank = ta->shape[0];
-    if (ta->shape[1] != in || rank <= 0) {
-      return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has shape ",
-                                  ShapeString(ta->shape), "; the base's ", LoraTargetModule(target),
-                                  " takes ", in, " inputs, so lora_A must be [rank, ", in, "]");
-    }
-    if (tb->shape[0] != out || tb->shape[1] != rank) {
-      return InvalidArgumentError(weights_path, ": tensor ", tb->name, " has shape ",
-                                  ShapeString(tb->shape), "; with lora_A of rank ", rank,
-                                  " and the base's ", out, " outputs it must be [", out, ", ", rank,
-                                  "]");
-    }
-    if (interleaved && (target == LoraTarget::kQ || target == LoraTarget::kK)) {
-      return InvalidArgumentError(
-          weights_path, ": tensor ", ta->name,
-          " adapts q/k of a base whose q/k rows are stored for interleaved RoPE (a GGUF llama or "
-          "llama2.c file); PEFT factors are in Hugging Face order: load the base from its Hugging "
-          "Face directory, or adapt other projections");
-    }
-    const std::string module =
-        "model.layers." + std::to_string(layer) + "." + std::string(LoraTargetModule(target));
-    double module_rank = static_cast<double>(r->i);
-    PatternValue(rank_pattern, module, &module_rank);
-    if (static_cast<double>(rank) != module_rank) {
-      return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has rank ", rank,
-                                  " but adapter_config.json gives ", module_rank, " for ", module);
-    }
-    double module_alpha = alpha != nullptr ? alpha->f : 8.0;  // PEFT's default lora_alpha
-    PatternValue(alpha_pattern, module, &module_alpha);
-    LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
-    p.a = MatrixView(*ta);
-    // B transposed, in bf16 when stored so, else in f32; the mapped pages of B are released.
-    const WeightMatrix b = MatrixView(*tb);
-    const DType bt_type = b.type == DType::kBF16 ? DType::kBF16 : DType::kF32;
-    const size_t esize = bt_type == DType::kBF16 ? 2 : 4;
-    std::unique_ptr<uint8_t[]> bt(new (std::nothrow)
-                                      uint8_t[static_cast<size_t>(out * rank) * esize]);
-    if (bt == nullptr)
-      return ResourceExhaustedError("cannot allocate ", out * rank * esize, " bytes for ",
-                                    tb->name);
-    std::vector<float> row(static_cast<size_t>(rank));
-    for (int64_t o = 0; o < out; ++o) {
-      if (bt_type == DType::kBF16) {
-        const uint8_t* src = b.row(o);
-        for (int64_t k = 0; k < rank; ++k)
-          std::memcpy(bt.get() + (k * out + o) * 2, src + k * 2, 2);
-      } else {
-        DequantizeRow(b.type, b.row(o), row.data(), rank);
-        for (int64_t k = 0; k < rank; ++k)
-          std::memcpy(bt.get() + (k * out + o) * 4, &row[static_cast<size_t>(k)], 4);
-      }
-    }
-    if (owns_mapping) ReleaseMappedPages(tb->data, tb->n_bytes);
-    p.bt.type = bt_type;
-    p.bt.rows = rank;
-    p.bt.cols = out;
-    p.bt.data = bt.get();
-    p.bt.row_bytes = static_cast<size_t>(out) * esize;
-    a->owned_.push_back(std::move(bt));
-    p.rank = static_cast<int32_t>(rank);
-    p.scale = static_cast<float>(
-        module_alpha / (rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank)));
-    a->max_rank_ = std::max(a->max_rank_, p.rank);
-    ++a->n_pairs_;
-    a->bytes_ += ta->n_bytes + tb->n_bytes;
-  }
+  POCKET_RETURN_IF_ERROR(BindPairs(
+      a.get(), as, bs, c, weights_path, owns_mapping, /*hf_order=*/true,
+      [&](int32_t layer, LoraTarget target, int64_t rank, const TensorInfo* ta) -> StatusOr<float> {
+        const std::string module =
+            "model.layers." + std::to_string(layer) + "." + std::string(LoraTargetModule(target));
+        double module_rank = static_cast<double>(r->i);
+        PatternValue(rank_pattern, module, &module_rank);
+        if (static_cast<double>(rank) != module_rank) {
+          return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has rank ", rank,
+                                      " but adapter_config.json gives ", module_rank, " for ",
+                                      module);
+        }
+        double module_alpha = alpha != nullptr ? alpha->f : 8.0;  // PEFT's default lora_alpha
+        PatternValue(alpha_pattern, module, &module_alpha);
+        return static_cast<float>(module_alpha / (rslora ? std::sqrt(static_cast<double>(rank))
+                                                         : static_cast<double>(rank)));
+      }));
   a->storage_ = std::shared_ptr<const SafetensorsFile>(std::move(file));
   return std::shared_ptr<const LoraAdapter>(std::move(a));
 }

@@ -5,20 +5,25 @@
 // the set to each projection's product before its epilogue (GemmOut::add), on the packed, fused
 // base: the Q/K/V and gate/up matrices get the terms of their parts.
 //
-// Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors; the factors are
-// used in place from the mapping when the file stores f32, f16 or bf16). Unsupported variants
+// Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors) and llama.cpp's
+// LoRA GGUF (general.type "adapter"); factors in f32, f16 or bf16, A used in place from the
+// mapping. Unsupported variants
 // (DoRA, trained biases, embedding or output-matrix adapters, modules_to_save) are errors that
 // name the field or tensor.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "format/gguf.h"
 #include "format/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "model/model.h"
@@ -61,6 +66,10 @@ class LoraAdapter {
                                                                 size_t size,
                                                                 const ModelConfig& base);
 
+  // A llama.cpp LoRA GGUF from bytes (which must outlive the adapter).
+  static StatusOr<std::shared_ptr<const LoraAdapter>> ParseGguf(const uint8_t* data, size_t size,
+                                                                const ModelConfig& base);
+
   const std::string& path() const { return path_; }
   std::string_view format() const { return format_; }
   int32_t n_layers() const { return static_cast<int32_t>(layers_.size()); }
@@ -76,6 +85,19 @@ class LoraAdapter {
 
  private:
   LoraAdapter() = default;
+  // Binds every (layer, target) pair of A and B tensors: shapes against the base, Q/K row order
+  // (hf_order: Hugging Face's; else llama.cpp's GGUF order), B transposed; scale_of gives the
+  // pair's scale (or an error naming the tensor).
+  static Status BindPairs(
+      LoraAdapter* a, const std::map<std::pair<int32_t, int>, const TensorInfo*>& as,
+      const std::map<std::pair<int32_t, int>, const TensorInfo*>& bs, const ModelConfig& c,
+      const std::string& weights_path, bool owns_mapping, bool hf_order,
+      const std::function<StatusOr<float>(int32_t, LoraTarget, int64_t, const TensorInfo*)>&
+          scale_of);
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromGguf(std::unique_ptr<GgufFile> gguf,
+                                                               const std::string& path,
+                                                               const ModelConfig& c,
+                                                               bool owns_mapping);
   static StatusOr<std::shared_ptr<const LoraAdapter>> FromPeft(
       const std::string& config_text, const std::string& config_path,
       std::unique_ptr<SafetensorsFile> file, const std::string& weights_path,

@@ -84,6 +84,28 @@ class Fidelity(unittest.TestCase):
                 self.assertGreater(moved, 1e-2)
                 compare(self, model, f"{arch}-two", [f"{a}:0.7", f"{b}:1.3"])
 
+    def test_gguf_adapter_equals_peft(self):
+        """llama.cpp's LoRA GGUF layout of the same factors: the same logits, bit for bit (same
+        values, same scale alpha / r), on the oracle path and on a package."""
+        model = make_model("lora-base-qwen3.gguf")
+        peft = make_adapter("lora-qwen3-r8", model, "--rank", "8", "--seed", "11")
+        gguf_path = peft_to_gguf(peft, work_path("lora-qwen3-r8.gguf"))
+        ids = token_ids(1024, 24, seed=8)
+        for flags in (ORACLE, ()):
+            a, b = work_path("lora-peft.npy"), work_path("lora-gguf.npy")
+            pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *flags, "--lora", peft,
+                   "-o", a)
+            pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *flags, "--lora",
+                   gguf_path, "-o", b)
+            self.assertEqual(np.abs(load_npy(a) - load_npy(b)).max(), 0.0)
+        j = json.loads(pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "Once",
+                              "-n", 4, "--json", "--lora", peft_to_gguf(
+                                  make_adapter("lora-stories", STORIES, "--rank", "4",
+                                               "--targets", "v,o,gate,up,down", "--init", "0.2",
+                                               "--seed", "3"),
+                                  work_path("lora-stories.gguf"), arch="llama")).stdout)
+        self.assertEqual(j["adapters"][0]["format"], "gguf")
+
     def test_int4_package_kl(self):
         model = make_model("lora-base-q8.gguf", type="q8_0", seed=3)
         package = work_path("lora-base.pocket")
@@ -101,6 +123,36 @@ class Fidelity(unittest.TestCase):
             kls.append(kl_mean(load_npy(ref), load_npy(ours)))
         print(f"INT4 package mean KL vs reference: bare {kls[0]:.3e}, with adapter {kls[1]:.3e}")
         self.assertLessEqual(kls[1], kls[0] * 1.1 + 1e-6)
+
+
+def peft_to_gguf(peft_dir, out_path, arch="qwen3"):
+    """The layout llama.cpp's convert_lora_to_gguf.py writes, from a PEFT directory (written here
+    from the format's description, in numpy: general.type adapter, adapter.type lora,
+    adapter.lora.alpha, blk.N.<name>.weight.lora_a / lora_b, f32)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "reference"))
+    import gguf as gguf_ref
+    import gguf_write
+    import safetensors_io
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    with open(os.path.join(peft_dir, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    st = safetensors_io.SafetensorsFile(os.path.join(peft_dir, "adapter_model.safetensors"))
+    w = gguf_write.GGUFWriter()
+    w.add("general.architecture", gguf_ref.STRING, arch)
+    w.add("general.type", gguf_ref.STRING, "adapter")
+    w.add("adapter.type", gguf_ref.STRING, "lora")
+    w.add("adapter.lora.alpha", gguf_ref.FLOAT32, float(cfg["lora_alpha"]))
+    for name in sorted(st.entries):
+        parts = name.split(".")  # base_model.model.model.layers.N.<a>.<b>.lora_X.weight
+        layer, module, which = parts[4], parts[5] + "." + parts[6], parts[7]
+        gname = f"blk.{layer}.{names[module]}.weight.lora_{which[-1].lower()}"
+        w.add_array_tensor(gname, st.tensor(name).astype(np.float32))
+    w.write(out_path)
+    return out_path
 
 
 class Generation(unittest.TestCase):
@@ -252,6 +304,11 @@ class BadInput(unittest.TestCase):
             f.write("{\"r\": 8, ")
         self.expect_error(model, p, "adapter_config.json", "JSON")
         self.expect_error(model, work_path("no-such-adapter"), "no-such-adapter")
+        # A GGUF that is a model, not an adapter; an adapter for another architecture.
+        self.expect_error(model, model, "general.type", "not an adapter")
+        good = make_adapter("lora-qwen3-r8", model, "--rank", "8", "--seed", "11")
+        self.expect_error(model, peft_to_gguf(good, work_path("lora-llama-arch.gguf"), arch="llama"),
+                          "general.architecture", "llama")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // libFuzzer: the LoRA adapter loader (PEFT: adapter_config.json + adapter_model.safetensors) must
-// turn any bytes into an adapter bound to the base's shapes or a clear error. Input: the JSON
-// text, a NUL byte, then the safetensors bytes; the base is the tiny synthetic qwen3.
+// turn any bytes into an adapter bound to the base's shapes or a clear error. Input: a llama.cpp
+// LoRA GGUF (starts with "GGUF"), or the JSON text, a NUL byte, then the safetensors bytes; the
+// base is the tiny synthetic qwen3.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -14,11 +15,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto c = pocket::PresetConfig("tiny", pocket::Architecture::kQwen3);
     return c.ok() ? *c : pocket::ModelConfig();
   }();
-  const void* nul = std::memchr(data, 0, size);
-  if (nul == nullptr) return 0;
-  const size_t json_size = static_cast<size_t>(static_cast<const uint8_t*>(nul) - data);
-  const std::string json(reinterpret_cast<const char*>(data), json_size);
-  auto a = pocket::LoraAdapter::ParsePeft(json, data + json_size + 1, size - json_size - 1, kBase);
+  pocket::StatusOr<std::shared_ptr<const pocket::LoraAdapter>> a =
+      pocket::InvalidArgumentError("no input");
+  if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
+    a = pocket::LoraAdapter::ParseGguf(data, size, kBase);
+  } else {
+    const void* nul = std::memchr(data, 0, size);
+    if (nul == nullptr) return 0;
+    const size_t json_size = static_cast<size_t>(static_cast<const uint8_t*>(nul) - data);
+    const std::string json(reinterpret_cast<const char*>(data), json_size);
+    a = pocket::LoraAdapter::ParsePeft(json, data + json_size + 1, size - json_size - 1, kBase);
+  }
   if (a.ok()) {
     uint8_t sink = 0;
     for (int32_t l = 0; l < (*a)->n_layers(); ++l) {
