@@ -10,8 +10,8 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
-#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tables.h"
@@ -138,6 +138,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace
 }  // namespace arm
 
@@ -148,7 +150,7 @@ const KernelTable& DotprodKernels() {
       .packed_gemm = arm::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = arm::LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

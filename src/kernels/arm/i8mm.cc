@@ -13,8 +13,8 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
-#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tables.h"
@@ -194,6 +194,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace
 }  // namespace arm
 
@@ -204,7 +206,7 @@ const KernelTable& I8mmKernels() {
       .packed_gemm = arm::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = arm::LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

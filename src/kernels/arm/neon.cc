@@ -9,8 +9,8 @@
 #include <math.h>
 
 #include <cstdint>
+#include <cstring>
 
-#include "kernels/lora_expand.h"
 #include "kernels/arm/neon_common.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
@@ -347,6 +347,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace neon
 }  // namespace arm
 
@@ -357,7 +359,7 @@ const KernelTable& NeonKernels() {
       .packed_gemm = arm::neon::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = arm::neon::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = arm::neon::LoraExpandImpl,
       .rmsnorm = arm::neon::Rmsnorm,
       .rope = arm::neon::Rope,
       .silu_mul = arm::neon::SiluMul,

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "kernels/lora_expand.h"
 #include "base/float16.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/canonical.h"
@@ -400,6 +400,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace reference
 
 std::string_view KvTypeName(KvType type) {
@@ -439,7 +441,7 @@ const KernelTable& ReferenceKernels() {
       // reference::PrefillGemm is the ground truth of tables that set prefill_gemm.
       .prefill_gemm = nullptr,
       .dense_gemm = reference::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = reference::LoraExpandImpl,
       .rmsnorm = reference::Rmsnorm,
       .rope = reference::Rope,
       .silu_mul = reference::SiluMul,

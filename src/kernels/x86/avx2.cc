@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/lora_expand.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -282,6 +281,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace
 }  // namespace avx2
 
@@ -292,7 +293,7 @@ const KernelTable& Avx2Kernels() {
       .packed_gemm = avx2::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = avx2::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = avx2::LoraExpandImpl,
       .rmsnorm = avx2::Rmsnorm,
       .rope = avx2::Rope,
       .silu_mul = avx2::SiluMul,

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/lora_expand.h"
 #include "kernels/kernel_table.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -710,6 +709,8 @@ double Int8Peak(double seconds) {
   return static_cast<double>(macs) / elapsed;
 }
 
+#include "kernels/lora_expand.inc"
+
 }  // namespace avx512
 
 const KernelTable& Avx512Kernels() {
@@ -719,7 +720,7 @@ const KernelTable& Avx512Kernels() {
       .packed_gemm = avx512::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = avx512::DenseGemm,
-      .lora_expand = LoraExpandImpl,
+      .lora_expand = avx512::LoraExpandImpl,
       .rmsnorm = avx512::Rmsnorm,
       .rope = avx512::Rope,
       .silu_mul = avx512::SiluMul,
