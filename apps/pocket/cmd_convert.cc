@@ -89,6 +89,10 @@ Command AddConvertCommand(CLI::App& root) {
   app->add_option("--drafter-weights,--drafter-type", f->options.drafter_weights,
                   "encoding of the drafter's matrices: int8, int4 or f32 (as stored)")
       ->capture_default_str();
+  app->add_option("--merge-lora", f->options.merge_lora,
+                  "LoRA adapter to bake into the weights, DIR|FILE[:SCALE] (PEFT directory or "
+                  "llama.cpp GGUF adapter; repeatable): the fastest single-task package")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)")
       ->capture_default_str();
   SetExamples(app,

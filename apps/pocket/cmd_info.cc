@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "format/pocket_file.h"
+#include "model/adapter.h"
 #include "model/dflash.h"
 #include "tokenizer/chat_template.h"
 
@@ -27,6 +28,66 @@ std::string TensorGroup(const TensorInfo& t, bool tied) {
   return "other";
 }
 
+// pocket info on a LoRA adapter (PEFT directory or llama.cpp GGUF): what it holds, and with
+// --base, whether it fits that model (the checks of --lora).
+int AdapterInfo(const std::string& path, const std::string& base_path, const EngineFlags& flags,
+                bool json) {
+  auto info = DescribeAdapterFile(path);
+  if (!info.ok()) return ReportError(info.status());
+  const AdapterFileInfo& a = *info;
+  std::string check;  // "" without --base
+  Status fits = Status::Ok();
+  if (!base_path.empty()) {
+    auto base = LoadModel(base_path, flags);
+    if (!base.ok()) return ReportError(base.status());
+    auto loaded = LoraAdapter::Load(path, **base);
+    fits = loaded.status();
+    check = fits.ok() ? "fits " + base_path : fits.message();
+  }
+  if (json) {
+    nlohmann::json j;
+    j["path"] = a.path;
+    j["kind"] = "lora_adapter";
+    j["format"] = a.format;
+    j["architecture"] = a.architecture;
+    j["n_tensors"] = a.n_tensors;
+    j["n_pairs"] = a.n_pairs;
+    j["n_layers"] = a.n_layers;
+    j["targets"] = a.targets;
+    j["min_rank"] = a.min_rank;
+    j["max_rank"] = a.max_rank;
+    j["alpha"] = a.alpha >= 0 ? nlohmann::json(a.alpha) : nlohmann::json();
+    j["rslora"] = a.rslora;
+    j["tensor_types"] = a.tensors_by_type;
+    j["factor_bytes"] = a.factor_bytes;
+    j["file_bytes"] = a.file_bytes;
+    if (!base_path.empty()) {
+      j["base"] = {{"path", base_path}, {"fits", fits.ok()}};
+      if (!fits.ok()) j["base"]["error"] = fits.message();
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::string types;
+    for (const auto& [type, n] : a.tensors_by_type) {
+      types += StrCat(types.empty() ? "" : ", ", n, " ", type);
+    }
+    std::printf("adapter:      %s (LoRA, %s)\n", a.path.c_str(),
+                a.format == "peft" ? "PEFT" : "llama.cpp GGUF");
+    if (!a.architecture.empty()) std::printf("base:         %s\n", a.architecture.c_str());
+    std::printf("factors:      %d pairs over %d layers, targets %s, rank %s%s\n", a.n_pairs,
+                a.n_layers, a.targets.c_str(),
+                a.min_rank == a.max_rank ? StrCat(a.max_rank).c_str()
+                                         : StrCat(a.min_rank, "-", a.max_rank).c_str(),
+                a.rslora ? " (rsLoRA)" : "");
+    std::printf("alpha:        %s\n", a.alpha >= 0 ? StrCat(a.alpha).c_str() : "none given");
+    std::printf("tensors:      %lld (%s), %s of factors, file %s\n",
+                static_cast<long long>(a.n_tensors), types.c_str(),
+                HumanBytes(a.factor_bytes).c_str(), HumanBytes(a.file_bytes).c_str());
+    if (!base_path.empty()) std::printf("check:        %s\n", check.c_str());
+  }
+  return fits.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 Command AddInfoCommand(CLI::App& root) {
@@ -36,17 +97,26 @@ Command AddInfoCommand(CLI::App& root) {
   auto tokenizer = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto tensors = std::make_shared<bool>(false);
-  app->add_option("model", *path, "GGUF file, Hugging Face directory, llama2.c .bin or .pocket")
+  auto base = std::make_shared<std::string>();
+  app->add_option("model", *path,
+                  "GGUF file, Hugging Face directory, llama2.c .bin or .pocket; or a LoRA "
+                  "adapter (PEFT directory or llama.cpp GGUF)")
       ->required();
+  app->add_option("-m,--base", *base,
+                  "with an adapter: the base model to check it against (as --lora would)");
   app->add_option("--tokenizer", *tokenizer,
                   "tokenizer to attach (tokenizer.json or llama2.c .bin), instead of the model's");
   app->add_flag("--json", *json, "print one JSON object instead of the text report");
   app->add_flag("--tensors", *tensors, "also list every tensor: name, type, shape, bytes");
   SetExamples(app, {"pocket info model.gguf", "pocket info model.pocket --json --tensors",
-                    "pocket info stories260K.bin --tokenizer tok512.bin"});
+                    "pocket info ./my-task-lora -m model.pocket"});
   return {
       app, [=]() -> int {
         if (path->empty()) return ReportUsageError("the model path is empty");
+        if (LooksLikeAdapter(*path))
+          return AdapterInfo(*path, *base, TokenizerOnly(*tokenizer), *json);
+        if (!base->empty())
+          return ReportUsageError(StrCat("--base is for adapters; ", *path, " is not one"));
         auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
         if (!model.ok()) return ReportError(model.status());
         const Model& m = **model;
@@ -82,6 +152,11 @@ Command AddInfoCommand(CLI::App& root) {
         if (drafter) {
           for (int32_t id : drafter->target_layer_ids())
             drafter_layers += StrCat(drafter_layers.empty() ? "" : ",", id);
+        }
+        // Adapters baked in by convert --merge-lora (the package's metadata, as JSON text).
+        std::string merged;
+        if (const PocketFile* pf = m.source().pocket()) {
+          if (const ConfigValue* v = pf->Find("merged_lora")) merged = v->json;
         }
         std::string tmpl_family = "none";
         if (m.tokenizer() && !m.tokenizer()->spec().chat_template.empty()) {
@@ -129,6 +204,7 @@ Command AddInfoCommand(CLI::App& root) {
           j["tokenizer_vocab"] = m.tokenizer() ? m.tokenizer()->vocab_size() : 0;
           j["chat_template"] = tmpl_family;
           j["classifier_labels"] = m.classifier().labels;
+          if (!merged.empty()) j["merged_lora"] = nlohmann::json::parse(merged);
           if (drafter) {
             j["drafter"] = {{"type", "dflash"},
                             {"n_layers", drafter->config().layers.n_layers},
@@ -188,6 +264,7 @@ Command AddInfoCommand(CLI::App& root) {
           std::printf("tokenizer:    none (pass --tokenizer)\n");
         }
         std::printf("chat template: %s\n", tmpl_family.c_str());
+        if (!merged.empty()) std::printf("merged LoRA:  %s\n", merged.c_str());
         if (m.classifier().present()) {
           std::string labels;
           for (const std::string& l : m.classifier().labels)

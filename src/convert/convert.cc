@@ -3,7 +3,9 @@
 #include "base/output_file.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "format/npy_file.h"
 #include "format/pocket_file.h"
 #include "format/safetensors.h"
+#include "model/adapter.h"
 #include "model/dflash.h"
 #include "model/model.h"
 #include "quant/group_quantize.h"
@@ -149,6 +152,9 @@ struct Source {
   }
 };
 
+// --merge-lora: adds the adapters' term s*B*A of a matrix's logical row r to the row read.
+using RowAdd = std::function<void(int64_t r, float* row)>;
+
 // When every part of `src` is a GGUF matrix whose blocks map onto the packed layout of encoding
 // `e` at `group` columns per scale (Q4_0 / Q4_1 for int4, Q8_0 for int8, every run of group / 32
 // blocks sharing its scales), its codes and scales are kept exactly: returns that layout.
@@ -166,12 +172,100 @@ bool ExactLayout(const Source& src, bool int4, int32_t group, PackedLayout* out)
   return PackedLayoutForGguf(type, src.rows(), src.cols(), out, group);
 }
 
+// The adapters of --merge-lora as floats, per layer and target: each term adds
+// scale * sum_k bt[k][row] * a[k][:] to a row of the base (scale = the adapter's own times the
+// user's).
+struct MergeFactors {
+  struct Term {
+    std::vector<float> a, bt;  // [rank, in], [rank, out]
+    int32_t rank = 0;
+    int64_t in = 0, out = 0;
+    float scale = 0.0f;
+  };
+  std::vector<std::array<std::vector<Term>, kLoraTargets>> layers;
+
+  static MergeFactors From(const AdapterSet& set, int32_t n_layers) {
+    MergeFactors m;
+    m.layers.resize(static_cast<size_t>(n_layers));
+    for (const AdapterUse& use : set) {
+      for (int32_t l = 0; l < use.adapter->n_layers() && l < n_layers; ++l) {
+        for (int t = 0; t < kLoraTargets; ++t) {
+          const LoraPair& p = use.adapter->pair(l, static_cast<LoraTarget>(t));
+          if (!p.present()) continue;
+          Term term;
+          term.rank = p.rank;
+          term.in = p.a.cols;
+          term.out = p.bt.cols;
+          term.scale = p.scale * use.scale;
+          term.a.resize(static_cast<size_t>(term.rank * term.in));
+          term.bt.resize(static_cast<size_t>(term.rank * term.out));
+          for (int32_t k = 0; k < term.rank; ++k) {
+            DequantizeRow(p.a.type, p.a.row(k), &term.a[static_cast<size_t>(k * term.in)], term.in);
+            DequantizeRow(p.bt.type, p.bt.row(k), &term.bt[static_cast<size_t>(k * term.out)],
+                          term.out);
+          }
+          m.layers[static_cast<size_t>(l)][static_cast<size_t>(t)].push_back(std::move(term));
+        }
+      }
+    }
+    return m;
+  }
+
+  bool Has(int32_t layer, LoraTarget t) const {
+    return !layers.empty() && !layers[static_cast<size_t>(layer)][static_cast<size_t>(t)].empty();
+  }
+
+  // Adds the terms of (layer, t) to `row` (the base's row `r` of that target), in double.
+  void AddRow(int32_t layer, LoraTarget t, int64_t r, float* row) const {
+    const std::vector<Term>& terms = layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+    if (terms.empty()) return;
+    const int64_t in = terms[0].in;
+    std::vector<double> sum(static_cast<size_t>(in), 0.0);
+    for (const Term& term : terms) {
+      for (int32_t k = 0; k < term.rank; ++k) {
+        const double c =
+            static_cast<double>(term.scale) * term.bt[static_cast<size_t>(k * term.out + r)];
+        const float* a = &term.a[static_cast<size_t>(k * term.in)];
+        for (int64_t i = 0; i < in; ++i) sum[static_cast<size_t>(i)] += c * a[i];
+      }
+    }
+    for (int64_t i = 0; i < in; ++i) {
+      row[i] = static_cast<float>(static_cast<double>(row[i]) + sum[static_cast<size_t>(i)]);
+    }
+  }
+
+  // The row adder of a matrix made of the targets `parts` (each with its rows), concatenated or
+  // (interleave) in alternating panels of kPanelRows rows (gate/up); none when nothing merges.
+  std::function<void(int64_t, float*)> Rows(int32_t layer,
+                                            std::vector<std::pair<LoraTarget, int64_t>> parts,
+                                            bool interleave) const {
+    bool any = false;
+    for (const auto& part : parts) any = any || Has(layer, part.first);
+    if (!any) return {};
+    return [this, layer, parts, interleave](int64_t r, float* row) {
+      if (interleave) {
+        const int64_t panel = r / kPanelRows;
+        AddRow(layer, parts[static_cast<size_t>(panel % 2)].first,
+               (panel / 2) * kPanelRows + r % kPanelRows, row);
+        return;
+      }
+      for (const auto& [t, n] : parts) {
+        if (r < n) {
+          AddRow(layer, t, r, row);
+          return;
+        }
+        r -= n;
+      }
+    };
+  }
+};
+
 class Converter {
  public:
   Converter(const ConvertOptions& o, ThreadPool& pool) : options_(o), pool_(pool) {}
 
   Status AddMatrix(PocketWriter& w, const std::string& name, Source src, Encoding requested,
-                   const std::string& group_name) {
+                   const std::string& group_name, RowAdd add = {}) {
     const int64_t rows = src.rows(), cols = src.cols();
     const Placement place = Place(requested, options_.group, cols);
     const Encoding e = place.encoding;
@@ -184,19 +278,21 @@ class Converter {
     if (!IsPacked(e)) {
       const DType type = DenseType(e);
       report.bytes += RowBytes(type, cols) * static_cast<size_t>(rows);
-      return w.AddDenseTensor(name, type, {rows, cols}, [src, type, this](uint8_t* out, size_t) {
-        POCKET_RETURN_IF_ERROR(CheckCancelled());
-        const int64_t n_rows = src.rows(), n_cols = src.cols();
-        const size_t row_bytes = RowBytes(type, n_cols);
-        pool_.ParallelFor(n_rows, [&](int64_t b, int64_t end, int) {
-          std::vector<float> row(static_cast<size_t>(n_cols));
-          for (int64_t r = b; r < end; ++r) {
-            src.Row(r, row.data());
-            QuantizeRow(type, row.data(), out + static_cast<size_t>(r) * row_bytes, n_cols);
-          }
-        });
-        return Status::Ok();
-      });
+      return w.AddDenseTensor(
+          name, type, {rows, cols}, [src, type, add, this](uint8_t* out, size_t) {
+            POCKET_RETURN_IF_ERROR(CheckCancelled());
+            const int64_t n_rows = src.rows(), n_cols = src.cols();
+            const size_t row_bytes = RowBytes(type, n_cols);
+            pool_.ParallelFor(n_rows, [&](int64_t b, int64_t end, int) {
+              std::vector<float> row(static_cast<size_t>(n_cols));
+              for (int64_t r = b; r < end; ++r) {
+                src.Row(r, row.data());
+                if (add) add(r, row.data());
+                QuantizeRow(type, row.data(), out + static_cast<size_t>(r) * row_bytes, n_cols);
+              }
+            });
+            return Status::Ok();
+          });
     }
     PackedLayout layout;
     layout.codes = e == Encoding::kInt4 ? PackedCodes::kU4 : PackedCodes::kU8;
@@ -209,7 +305,7 @@ class Converter {
                                   " rows are not a multiple of 16");
     }
     PackedLayout exact;
-    if (ExactLayout(src, e == Encoding::kInt4, place.group, &exact)) {
+    if (!add && ExactLayout(src, e == Encoding::kInt4, place.group, &exact)) {
       report.bytes += exact.total_bytes();
       report.kept_weights += rows * cols;
       const DType type = src.parts[0]->w.type;
@@ -230,10 +326,10 @@ class Converter {
       });
     }
     report.bytes += layout.total_bytes();
-    return w.AddPackedTensor(name, layout, [src, layout, this](uint8_t* out, size_t) {
+    return w.AddPackedTensor(name, layout, [src, layout, add, this](uint8_t* out, size_t) {
       POCKET_RETURN_IF_ERROR(CheckCancelled());
       pool_.ParallelFor(layout.n_panels(), [&](int64_t b, int64_t end, int) {
-        QuantizePanels(src, layout, b, end, out);
+        QuantizePanels(src, add, layout, b, end, out);
       });
       return Status::Ok();
     });
@@ -248,8 +344,8 @@ class Converter {
   }
 
  private:
-  static void QuantizePanels(const Source& src, const PackedLayout& layout, int64_t begin,
-                             int64_t end, uint8_t* out) {
+  static void QuantizePanels(const Source& src, const RowAdd& add, const PackedLayout& layout,
+                             int64_t begin, int64_t end, uint8_t* out) {
     const int64_t cols = layout.cols, n_groups = layout.n_groups();
     std::vector<float> row(static_cast<size_t>(cols));
     std::vector<uint8_t> codes(static_cast<size_t>(kPanelRows * cols), 0);
@@ -259,6 +355,7 @@ class Converter {
       panel.rows = std::min<int64_t>(kPanelRows, layout.rows - p * kPanelRows);
       for (int64_t r = 0; r < panel.rows; ++r) {
         src.Row(p * kPanelRows + r, row.data());
+        if (add) add(p * kPanelRows + r, row.data());
         for (int64_t g = 0; g < n_groups; ++g) {
           const size_t s = static_cast<size_t>(r * n_groups + g);
           uint8_t* c = &codes[static_cast<size_t>(r * cols + g * layout.group)];
@@ -427,7 +524,8 @@ StatusOr<ConvertGroupReport> AddDrafter(PocketWriter& w, const DFlashDrafter& dr
 }
 
 std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input,
-                         const ClassifierHead& head, const DFlashDrafter* drafter) {
+                         const ClassifierHead& head, const DFlashDrafter* drafter,
+                         const std::vector<std::pair<std::string, float>>& merged) {
   const ModelConfig& c = model.config();
   nlohmann::json j;
   j["format"] = "pocket";
@@ -461,6 +559,9 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
                        {"output", o.output.empty() ? o.weights : o.output}};
   j["source"] = {{"path", input}, {"format", std::string(SourceKindName(model.source().kind()))}};
   if (head.present()) j[kPocketClassifierLabelsKey] = head.labels;
+  for (const auto& [path, scale] : merged) {
+    j["merged_lora"].push_back({{"path", path}, {"scale", scale}});
+  }
   if (drafter != nullptr) {
     j[kPocketDrafterKey] = nlohmann::json::parse(drafter->PackageConfigJson());
     if (!o.drafter_dir.empty()) j[kPocketDrafterKey]["source"] = o.drafter_dir;
@@ -513,6 +614,17 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
       inputs.push_back(options.drafter_dir + "/" + file);
     }
   }
+  std::vector<std::pair<std::string, float>> merge;  // (path, scale)
+  for (const std::string& arg : options.merge_lora) {
+    std::string path;
+    float scale = 1.0f;
+    POCKET_RETURN_IF_ERROR(ParseAdapterArg(arg, &path, &scale));
+    merge.emplace_back(path, scale);
+    inputs.push_back(path);
+    for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+      inputs.push_back(path + "/" + file);
+    }
+  }
   POCKET_RETURN_IF_ERROR(CheckNotAnInput(output, inputs));
   POCKET_ASSIGN_OR_RETURN(Encoding body, ParseEncoding(options.weights, "--weights"));
   POCKET_ASSIGN_OR_RETURN(
@@ -540,10 +652,18 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   POCKET_ASSIGN_OR_RETURN(const ClassifierHead head, HeadToWrite(*model, options));
   POCKET_ASSIGN_OR_RETURN(const std::shared_ptr<const DFlashDrafter> drafter,
                           DrafterToWrite(model, options));
+  // --merge-lora: every adapter loaded and checked against the model before anything is written.
+  AdapterSet merge_set;
+  for (const auto& [path, scale] : merge) {
+    POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> adapter,
+                            LoraAdapter::Load(path, *model));
+    merge_set.push_back({std::move(adapter), scale});
+  }
+  const MergeFactors merged = MergeFactors::From(merge_set, c.n_layers);
   ThreadPool pool(n_threads);
   Converter conv(options, pool);
   PocketWriter writer;
-  writer.SetMetadataJson(MetadataJson(*model, options, input, head, drafter.get()));
+  writer.SetMetadataJson(MetadataJson(*model, options, input, head, drafter.get(), merge));
   if (const Tokenizer* tok = model->tokenizer()) {
     POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizer(*tok));
     writer.AddSection("tokenizer", std::move(bytes));
@@ -576,20 +696,28 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     // A package read back holds Q/K/V and gate/up fused: its pieces are read from the fused ones.
     const bool qkv_in = l.qkv.present(), gate_up_in = l.gate_up.present();
     const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+    using T = LoraTarget;
+    auto add = [&merged, i](std::vector<std::pair<LoraTarget, int64_t>> parts,
+                            bool interleave = false) {
+      return merged.Rows(i, std::move(parts), interleave);
+    };
     if (packed && c.q_dim() % kPanelRows == 0 && c.kv_dim() % kPanelRows == 0) {
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
-          writer, name("attn_qkv.weight"),
-          qkv_in ? Source{{&l.qkv}} : Source{{&l.wq, &l.wk, &l.wv}}, body, "attention"));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_qkv.weight"),
+                         qkv_in ? Source{{&l.qkv}} : Source{{&l.wq, &l.wk, &l.wv}}, body,
+                         "attention", add({{T::kQ, qd}, {T::kK, kvd}, {T::kV, kvd}})));
     } else {
       POCKET_RETURN_IF_ERROR(conv.AddMatrix(
           writer, name("attn_q.weight"), qkv_in ? Source{{&l.qkv}, false, 0, qd} : Source{{&l.wq}},
-          body, "attention"));
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
-          writer, name("attn_k.weight"),
-          qkv_in ? Source{{&l.qkv}, false, qd, kvd} : Source{{&l.wk}}, body, "attention"));
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
-          writer, name("attn_v.weight"),
-          qkv_in ? Source{{&l.qkv}, false, qd + kvd, kvd} : Source{{&l.wv}}, body, "attention"));
+          body, "attention", add({{T::kQ, qd}})));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_k.weight"),
+                         qkv_in ? Source{{&l.qkv}, false, qd, kvd} : Source{{&l.wk}}, body,
+                         "attention", add({{T::kK, kvd}})));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("attn_v.weight"),
+                         qkv_in ? Source{{&l.qkv}, false, qd + kvd, kvd} : Source{{&l.wv}}, body,
+                         "attention", add({{T::kV, kvd}})));
     }
     if (c.qkv_bias) {
       POCKET_RETURN_IF_ERROR(vector(name("attn_q.bias"), l.bq, c.q_dim()));
@@ -600,22 +728,26 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
       POCKET_RETURN_IF_ERROR(vector(name("attn_q_norm.weight"), l.q_norm, c.head_dim));
       POCKET_RETURN_IF_ERROR(vector(name("attn_k_norm.weight"), l.k_norm, c.head_dim));
     }
-    POCKET_RETURN_IF_ERROR(
-        conv.AddMatrix(writer, name("attn_output.weight"), {{&l.wo}}, body, "attention"));
+    POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("attn_output.weight"), {{&l.wo}}, body,
+                                          "attention", add({{T::kO, d}})));
     POCKET_RETURN_IF_ERROR(vector(name("ffn_norm.weight"), l.ffn_norm, d));
+    const int64_t ff = c.d_ff;
     if (packed && c.d_ff % kPanelRows == 0) {
       const Source gu = gate_up_in ? Source{{&l.gate_up}} : Source{{&l.w_gate, &l.w_up}, true};
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("ffn_gate_up.weight"), gu, body, "ffn"));
+      POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("ffn_gate_up.weight"), gu, body, "ffn",
+                                            add({{T::kGate, ff}, {T::kUp, ff}}, true)));
     } else {
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
-          writer, name("ffn_gate.weight"),
-          gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 0} : Source{{&l.w_gate}}, body, "ffn"));
-      POCKET_RETURN_IF_ERROR(conv.AddMatrix(
-          writer, name("ffn_up.weight"),
-          gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 1} : Source{{&l.w_up}}, body, "ffn"));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("ffn_gate.weight"),
+                         gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 0} : Source{{&l.w_gate}},
+                         body, "ffn", add({{T::kGate, ff}})));
+      POCKET_RETURN_IF_ERROR(
+          conv.AddMatrix(writer, name("ffn_up.weight"),
+                         gate_up_in ? Source{{&l.gate_up}, false, 0, -1, 1} : Source{{&l.w_up}},
+                         body, "ffn", add({{T::kUp, ff}})));
     }
-    POCKET_RETURN_IF_ERROR(
-        conv.AddMatrix(writer, name("ffn_down.weight"), {{&l.w_down}}, body, "ffn"));
+    POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, name("ffn_down.weight"), {{&l.w_down}}, body,
+                                          "ffn", add({{T::kDown, d}})));
   }
   if (head.present()) {
     const int64_t n_labels = head.n_labels();

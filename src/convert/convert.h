@@ -35,6 +35,10 @@ struct ConvertOptions {
   // directory stores them). Without one, a drafter the input package carries is kept as it is.
   std::string drafter_dir;
   std::string drafter_weights = "int8";
+  // LoRA adapters to bake into the weights ("DIR[:SCALE]", model/adapter.h's formats): each
+  // matrix is read as floats, the adapters' s*B*A added (in double), and quantized again with
+  // the searched quantizer (codes of a quantized input are then never kept as they are).
+  std::vector<std::string> merge_lora;
   int32_t n_threads = 0;  // 0: one per hardware thread
   // Called after each tensor is written: `done` of `total` tensors, the last one's name.
   std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;

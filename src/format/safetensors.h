@@ -26,6 +26,7 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& name() const { return name_; }
+  size_t file_bytes() const { return size_; }
 
  private:
   SafetensorsFile() = default;

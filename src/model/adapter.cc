@@ -8,6 +8,7 @@
 #include <map>
 #include <new>
 #include <regex>
+#include <set>
 
 #include "base/float16.h"
 #include "base/mapped_file.h"
@@ -93,6 +94,29 @@ bool ParsePeftName(std::string_view name, int32_t* layer, LoraTarget* target, bo
       *layer = n;
       *target = static_cast<LoraTarget>(t);
       *is_a = rest == ".lora_A.weight";
+      return true;
+    }
+  }
+  return false;
+}
+
+// Parses llama.cpp's "blk.N.<name>.weight.lora_a" / ".lora_b": layer, target, which.
+bool ParseGgufLoraName(std::string_view name, int32_t* layer, int* target, bool* is_a) {
+  static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
+      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  if (!StartsWith(name, "blk.")) return false;
+  name.remove_prefix(4);
+  const size_t dot = name.find('.');
+  int32_t n = -1;
+  const auto [p, ec] = std::from_chars(name.data(), name.data() + std::min(dot, name.size()), n);
+  if (dot == std::string_view::npos || ec != std::errc() || p != name.data() + dot) return false;
+  name.remove_prefix(dot + 1);
+  for (int k = 0; k < kLoraTargets; ++k) {
+    const std::string prefix = std::string(kGgufNames[static_cast<size_t>(k)]) + ".weight.";
+    if (name == prefix + "lora_a" || name == prefix + "lora_b") {
+      *layer = n;
+      *target = k;
+      *is_a = EndsWith(name, "lora_a");
       return true;
     }
   }
@@ -304,36 +328,16 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromGguf(std::unique_p
     POCKET_ASSIGN_OR_RETURN(alpha, gguf->GetFloat("adapter.lora.alpha"));
     if (!std::isfinite(alpha) || alpha < 0) return field_error("adapter.lora.alpha", "is ", alpha);
   }
-  static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
-      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   std::shared_ptr<LoraAdapter> a(new LoraAdapter());
   a->path_ = path;
   a->format_ = "gguf";
   a->layers_.resize(static_cast<size_t>(c.n_layers));
   std::map<std::pair<int32_t, int>, const TensorInfo*> as, bs;
   for (const TensorInfo& t : gguf->tensors()) {
-    std::string_view name = t.name;
-    bool parsed = false, is_a = false;
+    bool is_a = false;
     int32_t layer = -1;
     int target = -1;
-    if (StartsWith(name, "blk.")) {
-      name.remove_prefix(4);
-      const size_t dot = name.find('.');
-      const auto [p, ec] =
-          std::from_chars(name.data(), name.data() + std::min(dot, name.size()), layer);
-      if (dot != std::string_view::npos && ec == std::errc() && p == name.data() + dot) {
-        name.remove_prefix(dot + 1);
-        for (int k = 0; k < kLoraTargets; ++k) {
-          const std::string prefix = std::string(kGgufNames[static_cast<size_t>(k)]) + ".weight.";
-          if (name == prefix + "lora_a" || name == prefix + "lora_b") {
-            target = k;
-            is_a = EndsWith(name, "lora_a");
-            parsed = true;
-          }
-        }
-      }
-    }
-    if (!parsed) {
+    if (!ParseGgufLoraName(t.name, &layer, &target, &is_a)) {
       std::string why = "is not a LoRA factor of a layer's attn_q/k/v/output or ffn_gate/up/down";
       if (StartsWith(t.name, "token_embd") || StartsWith(t.name, "output")) {
         why = "adapts the token embedding or the output matrix, which is not supported";
@@ -622,6 +626,123 @@ Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string
                           OutputFile::Create(dir + "/adapter_config.json", o.input_paths));
   POCKET_RETURN_IF_ERROR(f.Write(config.data(), config.size()));
   return f.Commit();
+}
+
+namespace {
+
+// The PEFT directory and weights file of `path` (a directory or its .safetensors).
+bool PeftPaths(const std::string& path, std::string* config, std::string* weights) {
+  std::string dir = path;
+  if (IsDirectory(path)) {
+    *weights = path + "/adapter_model.safetensors";
+  } else if (EndsWith(path, ".safetensors")) {
+    *weights = path;
+    const size_t slash = path.rfind('/');
+    dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  } else {
+    return false;
+  }
+  *config = dir + "/adapter_config.json";
+  return FileExists(*config);
+}
+
+}  // namespace
+
+bool LooksLikeAdapter(const std::string& path) {
+  std::string config, weights;
+  if (PeftPaths(path, &config, &weights)) return true;
+  if (!EndsWith(path, ".gguf") || IsDirectory(path)) return false;
+  auto gguf = GgufFile::Open(path);
+  if (!gguf.ok()) return false;
+  auto type = (*gguf)->GetString("general.type");
+  return type.ok() && *type == "adapter";
+}
+
+StatusOr<AdapterFileInfo> DescribeAdapterFile(const std::string& path) {
+  AdapterFileInfo info;
+  info.path = path;
+  std::set<std::pair<int32_t, int>> pairs;
+  std::array<bool, kLoraTargets> present{};
+  auto add_factor = [&](const TensorInfo& t, int32_t layer, int target, bool is_a) {
+    info.n_layers = std::max(info.n_layers, layer + 1);
+    present[static_cast<size_t>(target)] = true;
+    if (is_a && t.shape.size() == 2) {
+      pairs.insert({layer, target});
+      const int32_t rank = static_cast<int32_t>(t.shape[0]);
+      info.min_rank = info.min_rank == 0 ? rank : std::min(info.min_rank, rank);
+      info.max_rank = std::max(info.max_rank, rank);
+    }
+    info.factor_bytes += t.n_bytes;
+  };
+  auto count = [&](const TensorInfo& t) {
+    ++info.n_tensors;
+    ++info.tensors_by_type[t.type_supported ? std::string(DTypeName(t.type)) : t.type_name];
+  };
+  std::string config_path, weights_path;
+  if (PeftPaths(path, &config_path, &weights_path)) {
+    info.format = "peft";
+    POCKET_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+    POCKET_ASSIGN_OR_RETURN(auto config, ParseConfigJson(text, config_path));
+    if (auto it = config.find("lora_alpha");
+        it != config.end() && (it->second.kind == ConfigValue::Kind::kInt ||
+                               it->second.kind == ConfigValue::Kind::kFloat)) {
+      info.alpha = it->second.kind == ConfigValue::Kind::kInt ? static_cast<double>(it->second.i)
+                                                              : it->second.f;
+    }
+    if (auto it = config.find("use_rslora");
+        it != config.end() && it->second.kind == ConfigValue::Kind::kBool) {
+      info.rslora = it->second.b;
+    }
+    if (auto it = config.find("base_model_name_or_path");
+        it != config.end() && it->second.kind == ConfigValue::Kind::kString) {
+      info.architecture = it->second.s;
+    }
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                            SafetensorsFile::Open(weights_path));
+    info.file_bytes = file->file_bytes();
+    for (const TensorInfo& t : file->tensors()) {
+      count(t);
+      int32_t layer = 0;
+      LoraTarget target{};
+      bool is_a = false;
+      if (ParsePeftName(t.name, &layer, &target, &is_a)) {
+        add_factor(t, layer, static_cast<int>(target), is_a);
+      }
+    }
+  } else if (EndsWith(path, ".gguf") && !IsDirectory(path)) {
+    info.format = "gguf";
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
+    auto type = gguf->GetString("general.type");
+    if (!type.ok() || *type != "adapter") {
+      return InvalidArgumentError(path, ": field general.type is ",
+                                  type.ok() ? QuoteBytes(*type) : "missing",
+                                  ": not an adapter (a model file?)");
+    }
+    if (auto arch = gguf->GetString("general.architecture"); arch.ok()) info.architecture = *arch;
+    if (gguf->Find("adapter.lora.alpha") != nullptr) {
+      POCKET_ASSIGN_OR_RETURN(info.alpha, gguf->GetFloat("adapter.lora.alpha"));
+    }
+    info.file_bytes = gguf->file_bytes();
+    for (const TensorInfo& t : gguf->tensors()) {
+      count(t);
+      int32_t layer = -1;
+      int target = -1;
+      bool is_a = false;
+      if (ParseGgufLoraName(t.name, &layer, &target, &is_a)) add_factor(t, layer, target, is_a);
+    }
+  } else {
+    return InvalidArgumentError(
+        path,
+        ": not an adapter (expected a PEFT directory with adapter_config.json and "
+        "adapter_model.safetensors, or a llama.cpp LoRA .gguf)");
+  }
+  info.n_pairs = static_cast<int32_t>(pairs.size());
+  for (int t = 0; t < kLoraTargets; ++t) {
+    if (!present[static_cast<size_t>(t)]) continue;
+    if (!info.targets.empty()) info.targets += ",";
+    info.targets += LoraTargetName(static_cast<LoraTarget>(t));
+  }
+  return info;
 }
 
 Status ParseAdapterArg(std::string_view arg, std::string* path, float* scale) {

@@ -147,6 +147,28 @@ struct SyntheticAdapterOptions {
 // Writes DIR/adapter_config.json and DIR/adapter_model.safetensors (DIR must exist).
 Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string& dir);
 
+// What an adapter file holds, read without a base model (pocket info): its format, factors and
+// hyperparameters. Nothing is checked against a model here (LoraAdapter::Load does that).
+struct AdapterFileInfo {
+  std::string path;
+  std::string format;        // "peft" or "gguf"
+  std::string architecture;  // GGUF general.architecture, PEFT base_model_name_or_path ("" none)
+  int64_t n_tensors = 0;
+  int32_t n_pairs = 0;   // (layer, target) pairs with an A factor
+  int32_t n_layers = 0;  // the largest layer index + 1
+  std::string targets;   // "q,k,v,o,gate,up,down" (those present)
+  int32_t min_rank = 0, max_rank = 0;
+  double alpha = -1;  // lora_alpha / adapter.lora.alpha; -1 when the file gives none
+  bool rslora = false;
+  std::map<std::string, int64_t> tensors_by_type;  // "bf16" -> count
+  uint64_t factor_bytes = 0;
+  uint64_t file_bytes = 0;
+};
+// True when `path` looks like an adapter: a directory with adapter_config.json, a .safetensors
+// beside one, or a GGUF whose general.type is "adapter".
+bool LooksLikeAdapter(const std::string& path);
+StatusOr<AdapterFileInfo> DescribeAdapterFile(const std::string& path);
+
 // "FILE" or "FILE:SCALE" (the CLI's --lora argument); the scale defaults to 1.
 Status ParseAdapterArg(std::string_view arg, std::string* path, float* scale);
 

@@ -10,6 +10,9 @@ applied at runtime by the engine, against the numpy reference that MERGES them i
   own without adapters + 10%.
 - Greedy tokens with an adapter equal the reference's greedy generation; with speculative
   decoding (prompt lookup) they are the same tokens.
+- Merge: `pocket convert --merge-lora` bakes the adapter into a package whose greedy tokens equal
+  runtime application on the package without it (stories260K; f32 and int8, where the merged
+  and the runtime sums round alike; int4 re-quantizes W + s*B*A, a different rounding).
 - Bad input: errors name the file and the tensor or field.
 """
 import json
@@ -105,6 +108,20 @@ class Fidelity(unittest.TestCase):
                                                "--seed", "3"),
                                   work_path("lora-stories.gguf"), arch="llama")).stdout)
         self.assertEqual(j["adapters"][0]["format"], "gguf")
+        # pocket info on both layouts: the same factors; with --base, the check of --lora.
+        infos = [json.loads(pocket("info", path, "--json", "-m", model).stdout)
+                 for path in (peft, gguf_path)]
+        for info, fmt in zip(infos, ("peft", "gguf")):
+            self.assertEqual(info["kind"], "lora_adapter")
+            self.assertEqual(info["format"], fmt)
+            self.assertEqual((info["min_rank"], info["max_rank"]), (8, 8))
+            self.assertEqual(info["targets"], "q,k,v,o,gate,up,down")
+            self.assertTrue(info["base"]["fits"])
+        self.assertEqual(infos[0]["n_pairs"], infos[1]["n_pairs"])
+        self.assertEqual(infos[0]["factor_bytes"], infos[1]["factor_bytes"])
+        wrong = pocket("info", peft, "-m", STORIES, "--tokenizer", STORIES_TOK, check=False)
+        self.assertEqual(wrong.returncode, 1)
+        self.assertIn("check:", wrong.stdout)
 
     def test_int4_package_kl(self):
         model = make_model("lora-base-q8.gguf", type="q8_0", seed=3)
@@ -202,6 +219,41 @@ class Generation(unittest.TestCase):
         self.assertGreater(runs["lookup-2"]["verify_passes"], 0)
         for name in ("lookup-2", "plain-1", "lookup-1"):
             self.assertEqual(tokens[name], tokens["plain-2"], name)
+
+
+class Merge(unittest.TestCase):
+    def test_merged_package_equals_runtime(self):
+        adapter = make_adapter("lora-stories", STORIES, "--rank", "4", "--targets",
+                               "v,o,gate,up,down", "--init", "0.2", "--seed", "3")
+        run = ("-p", "Once upon a time", "-n", 96, "--temp", 0, "--json")
+        for weights in ("f32", "int8"):
+            base, merged = work_path(f"merge-base-{weights}.pocket"), work_path(
+                f"merge-{weights}.pocket")
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights, "-o",
+                   base)
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights,
+                   "--merge-lora", adapter + ":0.8", "-o", merged)
+            bare = json.loads(pocket("run", "-m", base, *run).stdout)["tokens"]
+            runtime = json.loads(pocket("run", "-m", base, "--lora", adapter + ":0.8",
+                                        *run).stdout)["tokens"]
+            baked = json.loads(pocket("run", "-m", merged, *run).stdout)["tokens"]
+            print(weights, "runtime == merged:", runtime == baked, "differs from bare:",
+                  runtime != bare)
+            self.assertNotEqual(runtime, bare, weights)
+            self.assertEqual(baked, runtime, weights)
+            info = json.loads(pocket("info", merged, "--json").stdout)
+            self.assertEqual([m["path"] for m in info["merged_lora"]], [adapter])
+            self.assertAlmostEqual(info["merged_lora"][0]["scale"], 0.8, places=6)
+
+    def test_merge_refuses_a_mismatched_adapter_and_writes_nothing(self):
+        adapter = make_adapter("lora-base-r8", make_model("lora-base-qwen3.gguf"), "--rank", "8",
+                               "--seed", "5")
+        out = work_path("merge-wrong.pocket")
+        r = pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--merge-lora", adapter,
+                   "-o", out, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("adapter_model.safetensors", r.stderr)
+        self.assertFalse(os.path.exists(out))
 
 
 class BadInput(unittest.TestCase):
