@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "base/memory.h"
 #include "model/adapter.h"
 #include "model/forward.h"
 #include "model/synthetic.h"
@@ -157,6 +158,58 @@ TEST(LoraTest, SetAdaptersKeepsOrForgetsTheCacheAndIsFast) {
   EXPECT_EQ(std::vector<float>((*s2)->last_logits().begin(), (*s2)->last_logits().end()), with_x);
   EXPECT_GE(x.use_count(), 3);  // shared by both sessions and this test, never copied
   EXPECT_FALSE(s.SetAdapters({{nullptr, 1.0f}}).ok());
+}
+
+// Two sessions with different adapters on one model: the base is mapped once. After the first
+// session has read every weight, the second (another adapter) adds its own KV cache, scratch and
+// adapter buffers to the resident memory, never a second copy of the weights.
+TEST(LoraTest, TwoSessionsWithDifferentAdaptersShareOneBaseMapping) {
+  auto c = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(c.ok());
+  c->d_model = 512;
+  c->n_heads = 8;
+  c->n_kv_heads = 4;
+  c->head_dim = 64;
+  c->d_ff = 1536;
+  c->n_layers = 6;
+  c->vocab_size = 2048;
+  const std::string path = Dir() + "/wide-q8_0.gguf";
+  if (!std::filesystem::exists(path)) {
+    SyntheticOptions o;
+    o.config = *c;
+    o.seed = 3;
+    o.weight_type = DType::kQ8_0;
+    ASSERT_TRUE(WriteSyntheticGguf(o, path).ok());
+  }
+  auto m = Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::shared_ptr<const Model> model = *m;
+  const uint64_t file_bytes = std::filesystem::file_size(path);
+  auto x = Adapter(*model, "wide-x", 4, 21), y = Adapter(*model, "wide-y", 8, 22);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  SessionOptions so;
+  so.n_threads = 2;
+  so.n_ctx = 64;
+  const std::vector<int32_t> prompt = Ids(24, 3, c->vocab_size);
+  auto s1 = Session::Create(model, so);
+  ASSERT_TRUE(s1.ok());
+  ASSERT_TRUE((*s1)->SetAdapters({{x, 1.0f}}).ok());
+  ASSERT_TRUE((*s1)->SetContext(prompt).ok());
+  const uint64_t one = ReadProcessMemory().rss_bytes;
+  auto s2 = Session::Create(model, so);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE((*s2)->SetAdapters({{y, 1.0f}}).ok());
+  ASSERT_TRUE((*s2)->SetContext(prompt).ok());
+  const uint64_t two = ReadProcessMemory().rss_bytes;
+  if (one == 0) GTEST_SKIP() << "the platform reports no resident memory";
+  const double grew = static_cast<double>(two) - static_cast<double>(one);
+  std::printf("weights file %.1f MB; resident with one session %.1f MB, with two %.1f MB (+%.1f)\n",
+              file_bytes / 1e6, one / 1e6, two / 1e6, grew / 1e6);
+  // The outputs differ (each session its adapter), the weights are not duplicated.
+  EXPECT_NE(std::vector<float>((*s1)->last_logits().begin(), (*s1)->last_logits().end()),
+            std::vector<float>((*s2)->last_logits().begin(), (*s2)->last_logits().end()));
+  EXPECT_LT(grew, 0.25 * static_cast<double>(file_bytes));
 }
 
 }  // namespace
