@@ -93,14 +93,21 @@ Command AddConvertCommand(CLI::App& root) {
                   "LoRA adapter to bake into the weights, DIR|FILE[:SCALE] (PEFT directory or "
                   "llama.cpp GGUF adapter; repeatable): the fastest single-task package")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--lora", f->options.lora,
+                  "write an adapter package instead of a model: this LoRA adapter (PEFT "
+                  "directory or llama.cpp GGUF), checked against the input model and stamped with "
+                  "its fingerprint (pocket run -m MODEL --lora task.pocket)");
+  app->add_option("--lora-factors", f->options.lora_factors,
+                  "encoding of the adapter package's factors: int8, f16, bf16 or f32")
+      ->capture_default_str();
   app->add_option("-t,--threads", f->options.n_threads, "threads (0: one per hardware thread)")
       ->capture_default_str();
   SetExamples(app,
               {"pocket convert model.gguf -o model.pocket",
-               "pocket convert stories260K.bin --tokenizer tok512.bin -o stories.pocket "
-               "--weights int8",
                "pocket convert ./Qwen3-4B -o qwen3-4b.pocket --group 128 --output-weights int8 "
-               "--drafter ./Qwen3-4B-DFlash-b16"});
+               "--drafter ./Qwen3-4B-DFlash-b16",
+               "pocket convert model.pocket --lora ./review-lora -o review.pocket   # adapter "
+               "package"});
   return {app, [=]() -> int {
             if (!f->labels.empty()) f->options.classifier_labels = SplitString(f->labels, ',');
             if (Status s = CheckConvertOptions(f->options); !s.ok()) {
@@ -116,7 +123,8 @@ Command AddConvertCommand(CLI::App& root) {
             struct sigaction action = {}, previous = {};
             action.sa_handler = OnInterrupt;
             ::sigaction(SIGINT, &action, &previous);
-            auto report = ConvertModel(f->input, f->output, f->options);
+            auto report = f->options.lora.empty() ? ConvertModel(f->input, f->output, f->options)
+                                                  : ConvertAdapter(f->input, f->output, f->options);
             ::sigaction(SIGINT, &previous, nullptr);
             progress->Finish();
             if (report.status().code() == StatusCode::kCancelled) {

@@ -72,14 +72,18 @@ int AdapterInfo(const std::string& path, const std::string& base_path, const Eng
       types += StrCat(types.empty() ? "" : ", ", n, " ", type);
     }
     std::printf("adapter:      %s (LoRA, %s)\n", a.path.c_str(),
-                a.format == "peft" ? "PEFT" : "llama.cpp GGUF");
+                a.format == "peft"     ? "PEFT"
+                : a.format == "pocket" ? "pocket adapter package"
+                                       : "llama.cpp GGUF");
     if (!a.architecture.empty()) std::printf("base:         %s\n", a.architecture.c_str());
     std::printf("factors:      %d pairs over %d layers, targets %s, rank %s%s\n", a.n_pairs,
                 a.n_layers, a.targets.c_str(),
                 a.min_rank == a.max_rank ? StrCat(a.max_rank).c_str()
                                          : StrCat(a.min_rank, "-", a.max_rank).c_str(),
                 a.rslora ? " (rsLoRA)" : "");
-    std::printf("alpha:        %s\n", a.alpha >= 0 ? StrCat(a.alpha).c_str() : "none given");
+    if (a.format != "pocket") {
+      std::printf("alpha:        %s\n", a.alpha >= 0 ? StrCat(a.alpha).c_str() : "none given");
+    }
     std::printf("tensors:      %lld (%s), %s of factors, file %s\n",
                 static_cast<long long>(a.n_tensors), types.c_str(),
                 HumanBytes(a.factor_bytes).c_str(), HumanBytes(a.file_bytes).c_str());

@@ -58,7 +58,8 @@ void EngineFlags::Register(CLI::App* app) {
 void EngineFlags::RegisterLora(CLI::App* app) {
   app->add_option("--lora", lora,
                   "LoRA adapter: a PEFT directory (adapter_config.json + "
-                  "adapter_model.safetensors) or a llama.cpp LoRA .gguf, optionally :SCALE "
+                  "adapter_model.safetensors), a llama.cpp LoRA .gguf or a pocket adapter package "
+                  "(convert --lora), optionally :SCALE "
                   "(default 1); repeatable, the adapters' terms add up")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }

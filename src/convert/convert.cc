@@ -788,4 +788,46 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
   return report;
 }
 
+StatusOr<ConvertReport> ConvertAdapter(const std::string& input, const std::string& output,
+                                       const ConvertOptions& options) {
+  Stopwatch watch;
+  std::vector<std::string> inputs = {input, options.lora};
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+    inputs.push_back(options.lora + "/" + file);
+  }
+  POCKET_RETURN_IF_ERROR(CheckNotAnInput(output, inputs));
+  LoadOptions lo;
+  lo.tokenizer_path = options.tokenizer_path;
+  lo.repack = false;
+  POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(input, lo));
+  POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> adapter,
+                          LoraAdapter::Load(options.lora, *model));
+  AdapterPackageOptions o;
+  o.factors = options.lora_factors;
+  o.source_path = options.lora;
+  o.inputs = inputs;
+  POCKET_ASSIGN_OR_RETURN(AdapterPackageReport written,
+                          WriteAdapterPackage(*adapter, *model, o, output));
+  ConvertReport report;
+  ConvertGroupReport g;
+  g.group = "adapter";
+  for (int32_t l = 0; l < adapter->n_layers(); ++l) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const LoraPair& p = adapter->pair(l, static_cast<LoraTarget>(t));
+      if (p.present()) g.n_weights += p.a.rows * p.a.cols + p.bt.rows * p.bt.cols;
+    }
+  }
+  g.bytes = written.file_bytes;
+  g.encoding = options.lora_factors;
+  report.groups.push_back(g);
+  if (written.f16_fallbacks > 0) {
+    report.fallbacks.push_back({StrCat(written.f16_fallbacks, " factors"), "adapter",
+                                options.lora_factors, "f16",
+                                "rows whose width 32 does not divide"});
+  }
+  report.file_bytes = written.file_bytes;
+  report.seconds = watch.elapsed_s();
+  return report;
+}
+
 }  // namespace pocket

@@ -39,6 +39,10 @@ struct ConvertOptions {
   // matrix is read as floats, the adapters' s*B*A added (in double), and quantized again with
   // the searched quantizer (codes of a quantized input are then never kept as they are).
   std::vector<std::string> merge_lora;
+  // ConvertAdapter: the adapter to package (PEFT directory, llama.cpp GGUF, or a package) and
+  // the encoding of its factors: "int8" (default), "f16", "bf16" or "f32".
+  std::string lora;
+  std::string lora_factors = "int8";
   int32_t n_threads = 0;  // 0: one per hardware thread
   // Called after each tensor is written: `done` of `total` tensors, the last one's name.
   std::function<void(int64_t done, int64_t total, const std::string& tensor)> progress;
@@ -84,5 +88,11 @@ Status CheckConvertOptions(const ConvertOptions& options);
 
 StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string& output,
                                      const ConvertOptions& options);
+
+// `pocket convert BASE --lora ADAPTER -o task.pocket`: the adapter, loaded and checked for the
+// base `input`, written as pocket's adapter package (model/adapter.h, WriteAdapterPackage) with
+// the base's fingerprint. The report has one group, "adapter".
+StatusOr<ConvertReport> ConvertAdapter(const std::string& input, const std::string& output,
+                                       const ConvertOptions& options);
 
 }  // namespace pocket

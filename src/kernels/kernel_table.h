@@ -237,8 +237,8 @@ struct KernelTable {
                      int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch);
   // The output step of a LoRA term: y[t * ldy + o] += sum over r < bt.rows of
   // m[t * ldm + r] * bt[r][o], for outputs [o_begin, o_end) and n tokens; bt [rank, outputs] in
-  // f32 or bf16 (the B factor, transposed). Each r is a multiply then an add, in rank order: the
-  // same bits on every table.
+  // f32, bf16, f16 or Q8_0 (the B factor, transposed). Each r is a multiply then an add, in rank
+  // order: the same bits on every table.
   void (*lora_expand)(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n,
                       int64_t o_begin, int64_t o_end, float* y, int64_t ldy) = nullptr;
 

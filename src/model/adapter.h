@@ -5,9 +5,10 @@
 // the set to each projection's product before its epilogue (GemmOut::add), on the packed, fused
 // base: the Q/K/V and gate/up matrices get the terms of their parts.
 //
-// Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors) and llama.cpp's
-// LoRA GGUF (general.type "adapter"); factors in f32, f16 or bf16, A used in place from the
-// mapping. Unsupported variants
+// Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors), llama.cpp's
+// LoRA GGUF (general.type "adapter"), factors in f32, f16 or bf16, A used in place from the
+// mapping; and pocket's adapter package (WriteAdapterPackage: A and B transposed, f32, f16, bf16
+// or Q8_0, both used in place, checked against the base's fingerprint). Unsupported variants
 // (DoRA, trained biases, embedding or output-matrix adapters, modules_to_save) are errors that
 // name the field or tensor.
 #pragma once
@@ -24,6 +25,7 @@
 
 #include "base/status.h"
 #include "format/gguf.h"
+#include "format/pocket_file.h"
 #include "format/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "model/model.h"
@@ -66,6 +68,12 @@ class LoraAdapter {
                                                                 size_t size,
                                                                 const ModelConfig& base);
 
+  // pocket's own adapter package from bytes (which must outlive the adapter), for a base of
+  // config `base` whose BaseFingerprint is `fingerprint`.
+  static StatusOr<std::shared_ptr<const LoraAdapter>> ParsePocket(const uint8_t* data, size_t size,
+                                                                  const ModelConfig& base,
+                                                                  const std::string& fingerprint);
+
   // A llama.cpp LoRA GGUF from bytes (which must outlive the adapter).
   static StatusOr<std::shared_ptr<const LoraAdapter>> ParseGguf(const uint8_t* data, size_t size,
                                                                 const ModelConfig& base);
@@ -98,6 +106,10 @@ class LoraAdapter {
                                                                const std::string& path,
                                                                const ModelConfig& c,
                                                                bool owns_mapping);
+  static StatusOr<std::shared_ptr<const LoraAdapter>> FromPocket(std::unique_ptr<PocketFile> file,
+                                                                 const std::string& path,
+                                                                 const ModelConfig& c,
+                                                                 const std::string& fingerprint);
   static StatusOr<std::shared_ptr<const LoraAdapter>> FromPeft(
       const std::string& config_text, const std::string& config_path,
       std::unique_ptr<SafetensorsFile> file, const std::string& weights_path,
@@ -146,6 +158,32 @@ struct SyntheticAdapterOptions {
 };
 // Writes DIR/adapter_config.json and DIR/adapter_model.safetensors (DIR must exist).
 Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string& dir);
+
+// A base model's fingerprint, stored in adapter packages and checked when one is loaded: 16 hex
+// digits, CRC-32C of its architecture and shapes and of its norm weights (f32 in every format,
+// and changed by any training), so the same base in GGUF, safetensors or .pocket form matches and
+// another model or fine-tune of the same shape does not.
+std::string BaseFingerprint(const Model& base);
+
+// pocket's adapter package (docs/format.md, "Adapter packages"): the factors of an adapter loaded
+// for `base`, A [rank, in] and B transposed [rank, out], in `factors` encoding ("int8": Q8_0
+// blocks, a row whose width 32 does not divide as f16; "f16", "bf16" or "f32"), the pairs' scales,
+// the base's shapes and fingerprint; checksummed sections, written to a temporary file renamed at
+// the end (never over one of `inputs`).
+struct AdapterPackageOptions {
+  std::string factors = "int8";
+  std::string source_path;  // recorded in the metadata
+  std::vector<std::string> inputs;
+};
+struct AdapterPackageReport {
+  int32_t n_pairs = 0;
+  uint64_t file_bytes = 0;
+  int32_t f16_fallbacks = 0;  // int8 factors whose width 32 does not divide
+};
+StatusOr<AdapterPackageReport> WriteAdapterPackage(const LoraAdapter& adapter, const Model& base,
+                                                   const AdapterPackageOptions& o,
+                                                   const std::string& out);
+inline constexpr std::string_view kAdapterPackageKind = "lora_adapter";
 
 // What an adapter file holds, read without a base model (pocket info): its format, factors and
 // hyperparameters. Nothing is checked against a model here (LoraAdapter::Load does that).

@@ -13,6 +13,10 @@ applied at runtime by the engine, against the numpy reference that MERGES them i
 - Merge: `pocket convert --merge-lora` bakes the adapter into a package whose greedy tokens equal
   runtime application on the package without it (stories260K; f32 and int8, where the merged
   and the runtime sums round alike; int4 re-quantizes W + s*B*A, a different rounding).
+- pocket's adapter package (`pocket convert BASE --lora ADAPTER -o task.pocket`): f32 factors give
+  the PEFT adapter's logits bit for bit, f16 / int8 within their rounding; the package refuses a
+  base of another shape or another fingerprint (same shape, other weights), and a corrupt or
+  truncated file, naming the field or the damage.
 - Bad input: errors name the file and the tensor or field.
 """
 import json
@@ -219,6 +223,74 @@ class Generation(unittest.TestCase):
         self.assertGreater(runs["lookup-2"]["verify_passes"], 0)
         for name in ("lookup-2", "plain-1", "lookup-1"):
             self.assertEqual(tokens[name], tokens["plain-2"], name)
+
+
+class Package(unittest.TestCase):
+    def test_package_equals_peft_and_checks_its_base(self):
+        model = make_model("lora-base-qwen3.gguf")
+        peft = make_adapter("lora-qwen3-r8", model, "--rank", "8", "--seed", "11")
+        ids = token_ids(1024, 24, seed=5)
+        ref = work_path("pkg-peft.npy")
+        pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *ORACLE, "--lora", peft,
+               "-o", ref)
+        bare = work_path("pkg-bare.npy")
+        pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *ORACLE, "-o", bare)
+        want = load_npy(ref)
+        effect = np.abs(want - load_npy(bare)).max() / np.abs(want).max()
+        sizes = {}
+        for factors, tol in (("f32", 0.0), ("f16", 2e-3), ("int8", 2e-2)):
+            pkg = work_path(f"task-{factors}.pocket")
+            pocket("convert", model, "--lora", peft, "--lora-factors", factors, "-o", pkg)
+            sizes[factors] = os.path.getsize(pkg)
+            got = work_path(f"pkg-{factors}.npy")
+            pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *ORACLE, "--lora", pkg,
+                   "-o", got)
+            err = np.abs(load_npy(got) - want).max() / np.abs(want).max()
+            print(f"{factors} package: {sizes[factors]} bytes, max error {err:.2e} relative to "
+                  f"the largest logit (the adapter itself moves them by {effect:.2f})")
+            self.assertLessEqual(err, tol, factors)
+            info = json.loads(pocket("info", pkg, "--json", "-m", model).stdout)
+            self.assertEqual(info["format"], "pocket")
+            self.assertTrue(info["base"]["fits"])
+        self.assertLess(sizes["int8"], 0.6 * sizes["f32"] / 2)
+        pkg = work_path("task-int8.pocket")
+        # Same shapes, other weights: the fingerprint tells them apart.
+        other = make_model("lora-base-qwen3-other.gguf", seed=2)
+        r = pocket("logits", "-m", other, "--ids", "1,2", "--lora", pkg, "-o",
+                   work_path("x.npy"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("base_fingerprint", r.stderr)
+        self.assertIn(pkg, r.stderr)
+        # Another shape: the field named.
+        r = pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "Once", "-n", 2,
+                   "--lora", pkg, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("architecture", r.stderr)
+        # The same base converted to a package (another format, same weights): it fits.
+        base_pkg = work_path("lora-base-qwen3-f32.pocket")
+        if not os.path.exists(base_pkg):
+            pocket("convert", model, "--weights", "f32", "-o", base_pkg)
+        pocket("logits", "-m", base_pkg, "--ids", "1,2,3", "--lora", pkg, "-o", work_path("x.npy"))
+        # Damage: a flipped byte in the factors fails the checksum; a cut file is refused.
+        with open(pkg, "rb") as f:
+            data = bytearray(f.read())
+        bad, cut = work_path("task-flipped.pocket"), work_path("task-cut.pocket")
+        data[len(data) - 100] ^= 0x40
+        with open(bad, "wb") as f:
+            f.write(bytes(data))
+        with open(cut, "wb") as f:
+            f.write(bytes(data[: len(data) // 2]))
+        for path, needle in ((bad, "checksum"), (cut, "")):
+            r = pocket("logits", "-m", model, "--ids", "1,2", "--lora", path, "-o",
+                       work_path("x.npy"), check=False)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(path, r.stderr)
+            self.assertIn(needle, r.stderr)
+            print("refused:", r.stderr.strip())
+        # Never over its input.
+        r = pocket("convert", model, "--lora", peft, "-o", peft + "/adapter_model.safetensors",
+                   check=False)
+        self.assertNotEqual(r.returncode, 0)
 
 
 class Merge(unittest.TestCase):

@@ -1,12 +1,14 @@
 // libFuzzer: the LoRA adapter loader (PEFT: adapter_config.json + adapter_model.safetensors) must
 // turn any bytes into an adapter bound to the base's shapes or a clear error. Input: a llama.cpp
-// LoRA GGUF (starts with "GGUF"), or the JSON text, a NUL byte, then the safetensors bytes; the
-// base is the tiny synthetic qwen3.
+// LoRA GGUF (starts with "GGUF"), a pocket adapter package (starts with the package magic; the
+// base's fingerprint is taken from the input so the binding behind that check is reached), or
+// the JSON text, a NUL byte, then the safetensors bytes; the base is the tiny synthetic qwen3.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "format/pocket_file.h"
 #include "model/adapter.h"
 #include "model/synthetic.h"
 
@@ -19,6 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       pocket::InvalidArgumentError("no input");
   if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
     a = pocket::LoraAdapter::ParseGguf(data, size, kBase);
+  } else if (pocket::PocketFile::LooksLikePocket(data, size)) {
+    std::string fingerprint;
+    if (auto file = pocket::PocketFile::Parse(data, size, "fuzz.pocket"); file.ok()) {
+      if (const pocket::ConfigValue* v = (*file)->Find("base_fingerprint")) fingerprint = v->s;
+    }
+    a = pocket::LoraAdapter::ParsePocket(data, size, kBase, fingerprint);
   } else {
     const void* nul = std::memchr(data, 0, size);
     if (nul == nullptr) return 0;

@@ -119,6 +119,18 @@ int main(int argc, char** argv) {
     if (!config.ok() || !weights.ok()) return 1;
     if (!WriteFileAtomically(dir + "/seed.adapter", *config + std::string(1, '\0') + *weights).ok())
       return 1;
+    // The same adapter as a pocket adapter package (int8 factors) for the tiny qwen3.
+    SyntheticOptions so;
+    so.config = *c;
+    so.weight_type = DType::kF32;
+    const std::string base_path = dir + "/adapter-base.gguf";
+    if (!WriteSyntheticGguf(so, base_path).ok()) return 1;
+    auto base = Model::Load(base_path);
+    if (!base.ok()) return 1;
+    auto adapter = LoraAdapter::Load(adir, **base);
+    if (!adapter.ok()) return 1;
+    AdapterPackageOptions po;
+    if (!WriteAdapterPackage(**adapter, **base, po, dir + "/seed-adapter.pocket").ok()) return 1;
   }
   return 0;
 }

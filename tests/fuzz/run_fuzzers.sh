@@ -17,7 +17,7 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokeniz
     safetensors_fuzz) cp "$work/seeds/seed.safetensors" "$corpus/" ;;
     tokenizer_json_fuzz) cp "$work/seeds/seed.json" "$corpus/" ;;
     pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
-    adapter_fuzz) cp "$work/seeds/seed.adapter" "$corpus/" ;;
+    adapter_fuzz) cp "$work/seeds/seed.adapter" "$work/seeds/seed-adapter.pocket" "$corpus/" ;;
     tokenizer_section_fuzz) cp "$work/seeds/seed-v1.ptok" "$work/seeds/seed-v2.ptok" "$corpus/" ;;
     grammar_fuzz)
       # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
