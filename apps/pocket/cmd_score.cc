@@ -158,7 +158,14 @@ Command AddScoreCommand(CLI::App& root) {
             if (!model.ok()) return ReportError(model.status());
             // No candidates: the head form when the model has a head (or --head asks for it,
             // which Classify refuses with a clear error on a model without one).
-            const bool head_form = f->head || (texts.empty() && (*model)->classifier().present());
+            // A head rides in the model or in an adapter package (a task = adapter + head).
+            bool has_head = (*model)->classifier().present();
+            if (texts.empty() && !f->engine.lora.empty()) {
+              auto set = LoadAdapters(**model, f->engine);
+              if (!set.ok()) return ReportError(set.status());
+              for (const AdapterUse& u : *set) has_head |= u.adapter->classifier().present();
+            }
+            const bool head_form = f->head || (texts.empty() && has_head);
             if (!head_form && texts.empty()) {
               return ReportUsageError(StrCat("give --candidates or --candidates-file (", f->model,
                                              " has no classification head for --head)"));

@@ -140,8 +140,9 @@ POCKET_API void pocket_session_reset(pocket_session* session);
 
 /* ---- Task adapters (LoRA) ----
  * An adapter is loaded once for a model (a PEFT directory: adapter_config.json +
- * adapter_model.safetensors) and is immutable: any number of sessions may use it at once, each
- * with its own scale. It must outlive the sessions that use it (free it after them). */
+ * adapter_model.safetensors; a llama.cpp LoRA .gguf; a pocket adapter package) and is immutable:
+ * any number of sessions may use it at once, each with its own scale. It must outlive the sessions
+ * that use it (free it after them). */
 typedef struct pocket_adapter pocket_adapter;
 POCKET_API pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
                                              pocket_adapter** out_adapter, pocket_error* err);
@@ -152,6 +153,12 @@ POCKET_API int32_t pocket_adapter_max_rank(const pocket_adapter* adapter);
 POCKET_API int32_t pocket_adapter_n_matrices(const pocket_adapter* adapter);
 POCKET_API uint64_t pocket_adapter_bytes(const pocket_adapter* adapter);
 POCKET_API const char* pocket_adapter_targets(const pocket_adapter* adapter);
+/* A pocket adapter package may carry a classification head (a task = adapter + head; `pocket
+ * convert MODEL --lora DIR --classifier-head FILE --classifier-labels a,b -o task.pocket`): its
+ * number of labels (0: none) and their names (owned by the adapter). A session using the adapter
+ * classifies with that head instead of the model's. */
+POCKET_API size_t pocket_adapter_n_labels(const pocket_adapter* adapter);
+POCKET_API const char* pocket_adapter_label(const pocket_adapter* adapter, size_t index);
 /* The adapters the session applies from its next call on, all at once, each with its scale
  * (scales may be NULL: 1 each; n = 0 removes them). The same set as before keeps the session's
  * context; another set forgets it (its keys and values were computed with the old set). Takes
@@ -317,7 +324,7 @@ POCKET_API const char* pocket_model_label(const pocket_model* model, size_t inde
 
 typedef struct pocket_label_score {
   size_t index;       /* the label's row in the head: pocket_model_label(model, index) */
-  const char* label;  /* its name (owned by the model, valid while the model lives) */
+  const char* label;  /* its name (owned by the model or the adapter whose head it is) */
   double logit;       /* head row . final-norm hidden state of the prompt's last token */
   double logprob;     /* log-softmax over the labels */
   double probability; /* exp(logprob); the labels' probabilities sum to 1 */

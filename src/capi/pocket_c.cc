@@ -543,6 +543,16 @@ pocket_status pocket_score(pocket_session* session, const char* prompt,
   });
 }
 
+size_t pocket_adapter_n_labels(const pocket_adapter* adapter) {
+  return adapter == nullptr ? 0 : adapter->adapter->classifier().labels.size();
+}
+
+const char* pocket_adapter_label(const pocket_adapter* adapter, size_t index) {
+  if (adapter == nullptr) return nullptr;
+  const std::vector<std::string>& labels = adapter->adapter->classifier().labels;
+  return index < labels.size() ? labels[index].c_str() : nullptr;
+}
+
 size_t pocket_model_n_labels(const pocket_model* model) {
   return model == nullptr ? 0 : model->model->classifier().labels.size();
 }
@@ -567,13 +577,15 @@ pocket_status pocket_classify(pocket_session* session, const char* prompt,
     }
     const pocket_classify_params p = params != nullptr ? *params : pocket_classify_default_params();
     const pocket::Model& model = session->session->model();
-    const std::vector<std::string>& labels = model.classifier().labels;
+    // The session's head: an adapter's (a task = adapter + head), else the model's.
+    const std::vector<std::string>& labels = session->session->classifier().labels;
     *n_scores = labels.size();
     if (labels.empty()) {
       return Fail(err, POCKET_ERR_FAILED_PRECONDITION,
                   model.source().path() +
-                      " has no classification head (tensor cls_head.weight with its labels); add "
-                      "one with pocket convert --classifier-head FILE --classifier-labels a,b,c");
+                      " has no classification head (tensor cls_head.weight with its labels) and "
+                      "neither do the session's adapters; add one with pocket convert "
+                      "--classifier-head FILE --classifier-labels a,b,c");
     }
     // The same tokens pocket_generate and pocket_score evaluate for this input.
     auto input = pocket::capi::EncodeInput(model, prompt, p.messages, p.n_messages,

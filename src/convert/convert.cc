@@ -791,6 +791,7 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
 StatusOr<ConvertReport> ConvertAdapter(const std::string& input, const std::string& output,
                                        const ConvertOptions& options) {
   Stopwatch watch;
+  POCKET_RETURN_IF_ERROR(CheckConvertOptions(options));
   std::vector<std::string> inputs = {input, options.lora};
   for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
     inputs.push_back(options.lora + "/" + file);
@@ -803,6 +804,10 @@ StatusOr<ConvertReport> ConvertAdapter(const std::string& input, const std::stri
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> adapter,
                           LoraAdapter::Load(options.lora, *model));
   AdapterPackageOptions o;
+  if (!options.classifier_head_path.empty()) {  // only a head given here rides in the adapter
+    POCKET_ASSIGN_OR_RETURN(o.head, HeadToWrite(*model, options));
+    inputs.push_back(options.classifier_head_path);
+  }
   o.factors = options.lora_factors;
   o.source_path = options.lora;
   o.inputs = inputs;

@@ -360,9 +360,14 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
   a->layers_.resize(static_cast<size_t>(c.n_layers));
   const TensorInfo* scales = nullptr;
   std::map<std::pair<int32_t, int>, const TensorInfo*> as, bts;
+  const TensorInfo* head = nullptr;
   for (const TensorInfo& t : file->tensors()) {
     if (t.name == kScalesTensor) {
       scales = &t;
+      continue;
+    }
+    if (t.name == kClassifierTensor) {
+      head = &t;
       continue;
     }
     std::string name = t.name;
@@ -442,6 +447,34 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
     ++a->n_pairs_;
     a->bytes_ += ta->n_bytes + tb->n_bytes;
   }
+  // The task's classification head, with its labels.
+  const ConfigValue* labels = file->Find(kPocketClassifierLabelsKey);
+  if (head != nullptr || labels != nullptr) {
+    const std::string field = StrCat(path, " (meta): ", kPocketClassifierLabelsKey);
+    const std::string tensor = StrCat(path, ": tensor ", kClassifierTensor);
+    if (head == nullptr) {
+      return InvalidArgumentError(field, " is set but the file has no tensor ", kClassifierTensor);
+    }
+    if (labels == nullptr || labels->kind != ConfigValue::Kind::kArray ||
+        labels->strings.size() != labels->array_size) {
+      return InvalidArgumentError(field, " is ", labels ? labels->json : "missing",
+                                  ", expected an array of strings naming the head's rows");
+    }
+    POCKET_RETURN_IF_ERROR(
+        CheckClassifierHead(labels->strings, head->shape, c.d_model, tensor, field));
+    if (head->type != DType::kF32 ||
+        head->n_bytes != labels->strings.size() * static_cast<size_t>(c.d_model) * 4) {
+      return InvalidArgumentError(tensor, " must be f32 [", labels->strings.size(), ", ", c.d_model,
+                                  "]");
+    }
+    a->head_.labels = labels->strings;
+    a->head_.d_model = c.d_model;
+    a->head_.weight.resize(head->n_bytes / 4);
+    std::memcpy(a->head_.weight.data(), head->data, head->n_bytes);
+    for (float v : a->head_.weight) {
+      if (!std::isfinite(v)) return InvalidArgumentError(tensor, " holds a NaN or infinity");
+    }
+  }
   a->storage_ = std::shared_ptr<const PocketFile>(std::move(file));
   return std::shared_ptr<const LoraAdapter>(std::move(a));
 }
@@ -499,9 +532,23 @@ StatusOr<AdapterPackageReport> WriteAdapterPackage(const LoraAdapter& adapter, c
   j["targets"] = adapter.targets();
   j["max_rank"] = adapter.max_rank();
   j["source"] = {{"path", o.source_path}, {"format", std::string(adapter.format())}};
+  if (o.head.present()) {
+    POCKET_RETURN_IF_ERROR(CheckClassifierHead(
+        o.head.labels, {o.head.n_labels(), static_cast<int64_t>(o.head.d_model)}, c.d_model,
+        "the classification head", "its labels"));
+    j[kPocketClassifierLabelsKey] = o.head.labels;
+  }
   PocketWriter w;
   w.SetMetadataJson(j.dump(2));
   AdapterPackageReport report;
+  if (o.head.present()) {
+    POCKET_RETURN_IF_ERROR(w.AddDenseTensor(kClassifierTensor, DType::kF32,
+                                            {o.head.n_labels(), c.d_model},
+                                            [&o](uint8_t* dst, size_t n) {
+                                              std::memcpy(dst, o.head.weight.data(), n);
+                                              return Status::Ok();
+                                            }));
+  }
   static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
       "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   auto matrix = [&](const std::string& name, const WeightMatrix& m) -> Status {

@@ -28,6 +28,7 @@
 #include "format/pocket_file.h"
 #include "format/safetensors.h"
 #include "kernels/kernel_table.h"
+#include "model/classifier.h"
 #include "model/model.h"
 
 namespace pocket {
@@ -90,6 +91,9 @@ class LoraAdapter {
   std::string targets() const;
   // Bytes of the factors (as stored).
   size_t bytes() const { return bytes_; }
+  // A classification head the adapter carries (pocket adapter packages: a task = adapter +
+  // head); Session::Classify uses it instead of the model's. Empty when none.
+  const ClassifierHead& classifier() const { return head_; }
 
  private:
   LoraAdapter() = default;
@@ -120,6 +124,7 @@ class LoraAdapter {
   int32_t max_rank_ = 0;
   int32_t n_pairs_ = 0;
   size_t bytes_ = 0;
+  ClassifierHead head_;
   std::shared_ptr<const void> storage_;            // the mapped file the A factors live in
   std::vector<std::unique_ptr<uint8_t[]>> owned_;  // the transposed B factors
 };
@@ -172,6 +177,7 @@ std::string BaseFingerprint(const Model& base);
 // the end (never over one of `inputs`).
 struct AdapterPackageOptions {
   std::string factors = "int8";
+  ClassifierHead head;      // stored (f32) with its labels when present
   std::string source_path;  // recorded in the metadata
   std::vector<std::string> inputs;
 };

@@ -115,8 +115,11 @@ class Session {
   // the history are reused, the last token is always evaluated, the vocabulary projection is
   // skipped); the head [n_labels, d_model] times the final-norm hidden state of the last prompt
   // token gives the label logits (accumulated in double), then a log-softmax over the labels. The
-  // context becomes the prompt. FailedPrecondition when the model has no head.
+  // context becomes the prompt. FailedPrecondition when there is no head (classifier()).
   StatusOr<std::vector<LabelScore>> Classify(std::span<const int32_t> prompt);
+  // The head Classify uses: the last adapter in the set that carries one (a task = adapter +
+  // head), else the model's (empty when neither has one).
+  const ClassifierHead& classifier() const;
 
   // Thread-safe: stops a running Generate within one token (or one prefill chunk), a running
   // Score or Classify between prefill chunks. A Cancel() that arrives while no such call runs is

@@ -143,15 +143,24 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
   return Rank(std::move(scores));
 }
 
+const ClassifierHead& Session::classifier() const {
+  const ClassifierHead* task = nullptr;
+  for (const AdapterUse& u : adapters_) {
+    if (u.adapter->classifier().present()) task = &u.adapter->classifier();
+  }
+  return task != nullptr ? *task : model_->classifier();
+}
+
 StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> prompt) {
   const CancelScope cancel_scope(&cancel_);
   if (cancelled()) return CancelledError("cancelled before classifying");
-  const ClassifierHead& head = model_->classifier();
+  const ClassifierHead& head = classifier();
   if (!head.present()) {
     return FailedPreconditionError(
         model_->source().path(), " has no classification head (tensor ", kClassifierTensor,
-        " with its labels); add one with pocket convert --classifier-head FILE "
-        "--classifier-labels a,b,c, or score --candidates");
+        " with its labels) and neither do its adapters; add one with pocket convert "
+        "--classifier-head FILE --classifier-labels a,b,c (to the model, or with --lora to an "
+        "adapter package), or score --candidates");
   }
   if (prompt.empty()) {
     return InvalidArgumentError("classification needs a prompt of at least one token");

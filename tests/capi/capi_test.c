@@ -569,6 +569,8 @@ static void test_adapters(const char* model_path, const char* tokenizer, const c
   CHECK(pocket_adapter_max_rank(adapter) == 4, "rank %d", pocket_adapter_max_rank(adapter));
   CHECK(strcmp(pocket_adapter_targets(adapter), "v,o,gate,up,down") == 0, "targets %s",
         pocket_adapter_targets(adapter));
+  CHECK(pocket_adapter_n_labels(adapter) == 0 && pocket_adapter_label(adapter, 0) == NULL,
+        "a PEFT adapter carries no classification head");
   CHECK(pocket_adapter_bytes(adapter) > 0 && pocket_adapter_n_matrices(adapter) > 0, "sizes");
   pocket_session* session = NULL;
   pocket_session_params sp = pocket_session_default_params();

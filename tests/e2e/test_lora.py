@@ -293,6 +293,43 @@ class Package(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
 
 
+    def test_a_task_is_an_adapter_and_a_head(self):
+        """A classification head rides in the adapter package: `score --lora task.pocket` ranks
+        its labels (the head form by default), as the numpy reference does on a package with the
+        adapter merged and the head stored (f32, oracle path)."""
+        model = make_model("lora-base-qwen3.gguf")
+        peft = make_adapter("lora-qwen3-r8", model, "--rank", "8", "--seed", "11")
+        labels = ["positive", "negative", "neutral"]
+        rng = np.random.default_rng(4)
+        head = work_path("lora-task-head.npy")
+        np.save(head, (rng.standard_normal((3, 256)) / 16).astype(np.float32))
+        task, merged = work_path("task-head.pocket"), work_path("merged-head.pocket")
+        for path in (task, merged):
+            if os.path.exists(path):
+                os.remove(path)
+        common = ("--classifier-head", head, "--classifier-labels", ",".join(labels))
+        pocket("convert", model, "--lora", peft, "--lora-factors", "f32", *common, "-o", task)
+        pocket("convert", model, "--merge-lora", peft, "--weights", "f32", *common, "-o", merged)
+        ids = ",".join(str(i) for i in token_ids(1024, 12, seed=9))
+        ours = json.loads(pocket("score", "-m", model, "--ids", ids, "--json", "--lora", task,
+                                 *ORACLE).stdout)
+        self.assertEqual(ours["form"], "head")
+        ref = json.loads(reference("classify", merged, "--ids", ids).stdout)
+        self.assertEqual(ref["labels"], labels)
+        got = {l["label"]: l["logit"] for l in ours["labels"]}
+        err = max(abs(got[name] - ref["logits"][i]) for i, name in enumerate(labels))
+        spread = max(ref["logits"]) - min(ref["logits"])
+        print(f"task head: logit spread {spread:.3f}, max error {err:.2e}")
+        self.assertGreater(spread, 0.05)
+        self.assertLessEqual(err, 1e-4)
+        info = json.loads(pocket("info", task, "--json").stdout)
+        self.assertEqual(info["format"], "pocket")
+        # Without the adapter the base has no head: a clear error.
+        r = pocket("score", "-m", model, "--ids", ids, "--head", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no classification head", r.stderr)
+
+
 class Merge(unittest.TestCase):
     def test_merged_package_equals_runtime(self):
         adapter = make_adapter("lora-stories", STORIES, "--rank", "4", "--targets",
