@@ -357,38 +357,39 @@ TEST_P(KernelsTest, DenseGemmAddTermIsBitExact) {
 TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
   const KernelTable& k = *GetParam();
   ASSERT_NE(k.lora_expand, nullptr) << k.name;
-  const int64_t rank = 13, cols = 611, n = 5, ldm = rank + 3, ldy = cols + 7;
+  const int64_t rank = 13, cols = 611, ldm = rank + 3, ldy = cols + 7;
   const int64_t q_cols = 608;  // Q8_0 rows hold whole blocks of 32
-  for (DType type : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
-    const int64_t w_cols = type == DType::kQ8_0 ? q_cols : cols;
-    const std::vector<float> bf = Random(static_cast<size_t>(rank * w_cols), 101);
-    const size_t row_bytes = RowBytes(type, w_cols);
-    std::vector<uint8_t> bt(static_cast<size_t>(rank) * row_bytes);
-    std::vector<float> exact(bf.size());
-    for (int64_t r = 0; r < rank; ++r) {
-      QuantizeRow(type, &bf[static_cast<size_t>(r * w_cols)],
-                  &bt[static_cast<size_t>(r) * row_bytes], w_cols);
-      DequantizeRow(type, &bt[static_cast<size_t>(r) * row_bytes],
-                    &exact[static_cast<size_t>(r * w_cols)], w_cols);
-    }
-    const WeightMatrix w{type, rank, w_cols, bt.data(), row_bytes};
-    const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
-    const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
-    std::vector<float> want = y0, got = y0;
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t o = 3; o < w_cols - 5; ++o) {
-        float acc = want[t * ldy + o];
-        for (int64_t r = 0; r < rank; ++r) {
-          // volatile: the product is rounded on its own (no fused multiply-add in this file).
-          const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
-          acc = acc + prod;
-        }
-        want[t * ldy + o] = acc;
+  for (int64_t n : {1, 5})     // one token (decode's own loop) and several (the tiled loop)
+    for (DType type : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+      const int64_t w_cols = type == DType::kQ8_0 ? q_cols : cols;
+      const std::vector<float> bf = Random(static_cast<size_t>(rank * w_cols), 101);
+      const size_t row_bytes = RowBytes(type, w_cols);
+      std::vector<uint8_t> bt(static_cast<size_t>(rank) * row_bytes);
+      std::vector<float> exact(bf.size());
+      for (int64_t r = 0; r < rank; ++r) {
+        QuantizeRow(type, &bf[static_cast<size_t>(r * w_cols)],
+                    &bt[static_cast<size_t>(r) * row_bytes], w_cols);
+        DequantizeRow(type, &bt[static_cast<size_t>(r) * row_bytes],
+                      &exact[static_cast<size_t>(r * w_cols)], w_cols);
       }
+      const WeightMatrix w{type, rank, w_cols, bt.data(), row_bytes};
+      const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
+      const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
+      std::vector<float> want = y0, got = y0;
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t o = 3; o < w_cols - 5; ++o) {
+          float acc = want[t * ldy + o];
+          for (int64_t r = 0; r < rank; ++r) {
+            // volatile: the product is rounded on its own (no fused multiply-add in this file).
+            const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
+            acc = acc + prod;
+          }
+          want[t * ldy + o] = acc;
+        }
+      }
+      k.lora_expand(w, m.data(), ldm, n, 3, w_cols - 5, got.data(), ldy);
+      ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n;
     }
-    k.lora_expand(w, m.data(), ldm, n, 3, w_cols - 5, got.data(), ldy);
-    ASSERT_EQ(want, got) << k.name << " " << DTypeName(type);
-  }
 }
 
 // The reference defines the add term's arithmetic: kStore adds it to the product (one rounding),

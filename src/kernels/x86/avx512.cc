@@ -536,6 +536,21 @@ inline const float* RowAsFloat(const WeightMatrix& w, int64_t r, float* scratch)
         _mm512_mask_storeu_ps(scratch + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
       }
       return scratch;
+    case DType::kQ8_0:
+      // Blocks of 32: an f16 scale and 32 int8 codes; scale * code, as DequantizeRow (exact).
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const uint8_t* block = src + b * 34;
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+        for (int half = 0; half < 2; ++half) {
+          const __m128i q =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half));
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+          _mm512_storeu_ps(scratch + b * 32 + 16 * half, _mm512_mul_ps(d, v));
+        }
+      }
+      return scratch;
     default:
       DequantizeRow(w.type, src, scratch, w.cols);
       return scratch;
