@@ -572,6 +572,15 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
 }  // namespace
 
 Status CheckConvertOptions(const ConvertOptions& options) {
+  if (!options.lora.empty() && !options.merge_lora.empty()) {
+    return InvalidArgumentError(
+        "--lora writes an adapter package and --merge-lora a model package: give one of them");
+  }
+  if (!options.lora.empty() && !options.drafter_dir.empty()) {
+    return InvalidArgumentError(
+        "--drafter goes into a model package, not an adapter package "
+        "(--lora)");
+  }
   POCKET_RETURN_IF_ERROR(ParseEncoding(options.weights, "--weights").status());
   if (!options.embedding.empty()) {
     POCKET_RETURN_IF_ERROR(ParseEncoding(options.embedding, "--embedding").status());

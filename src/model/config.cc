@@ -244,6 +244,13 @@ StatusOr<ModelConfig> ConfigFromLlama2c(const Llama2cHeader& h) {
 StatusOr<ModelConfig> ConfigFromPocket(const PocketFile& pocket) {
   const std::string name = pocket.name() + " (meta)";
   ModelConfig c;
+  if (const ConfigValue* kind = pocket.Find("kind");
+      kind != nullptr && kind->kind == ConfigValue::Kind::kString && kind->s != "model") {
+    return InvalidArgumentError(pocket.name(), " is a ",
+                                kind->s == "lora_adapter" ? "LoRA adapter" : kind->s,
+                                " package, not a model: give it with --lora, and the base model "
+                                "with -m");
+  }
   const ConfigValue* arch = pocket.Find("architecture");
   if (arch == nullptr || arch->kind != ConfigValue::Kind::kString ||
       !ParseArchitecture(arch->s, &c.arch)) {

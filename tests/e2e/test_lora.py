@@ -287,6 +287,14 @@ class Package(unittest.TestCase):
             self.assertIn(path, r.stderr)
             self.assertIn(needle, r.stderr)
             print("refused:", r.stderr.strip())
+        # An adapter package is not a model; --lora and --merge-lora do not mix.
+        r = pocket("logits", "-m", pkg, "--ids", "1,2", "-o", work_path("x.npy"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("adapter package, not a model", r.stderr)
+        r = pocket("convert", model, "--lora", peft, "--merge-lora", peft, "-o",
+                   work_path("x.pocket"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--merge-lora", r.stderr)
         # Never over its input.
         r = pocket("convert", model, "--lora", peft, "-o", peft + "/adapter_model.safetensors",
                    check=False)
