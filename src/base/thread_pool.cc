@@ -16,6 +16,11 @@ namespace {
 constexpr int kSpinIterations = 1 << 16;
 }  // namespace
 
+void SpinBarrier::ArriveAndWait() {
+  arrived_.fetch_add(1, std::memory_order_acq_rel);
+  while (arrived_.load(std::memory_order_acquire) < n_threads_) POCKET_CPU_RELAX();
+}
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });

@@ -38,6 +38,19 @@ class TaskRef {
   void (*call_)(void*, int);
 };
 
+// A one-use barrier for the threads of one ThreadPool::Run job (every thread runs the job, so
+// every thread must arrive): spins, as the pool's workers do between regions. Allocates nothing.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n_threads) : n_threads_(n_threads) {}
+  // Returns once n_threads threads have arrived; writes before it are visible after it.
+  void ArriveAndWait();
+
+ private:
+  const int n_threads_;
+  std::atomic<int> arrived_{0};
+};
+
 class ThreadPool {
  public:
   // n_threads >= 1 (values < 1 mean 1). The caller is thread 0.

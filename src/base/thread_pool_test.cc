@@ -25,6 +25,27 @@ TEST(ThreadPoolTest, EveryItemExactlyOnceForAnyThreadCount) {
   }
 }
 
+// Every thread sees every other thread's write before the barrier, in many jobs in a row (a
+// barrier that let a thread through early would show a stale slot).
+TEST(ThreadPoolTest, SpinBarrierInsideAJob) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<int> slots(static_cast<size_t>(threads), -1);
+    std::atomic<int> stale{0};
+    for (int job = 0; job < 2000; ++job) {
+      SpinBarrier barrier(threads);
+      pool.Run([&](int t) {
+        slots[static_cast<size_t>(t)] = job;
+        barrier.ArriveAndWait();
+        for (int u = 0; u < threads; ++u) {
+          if (slots[static_cast<size_t>(u)] != job) stale.fetch_add(1);
+        }
+      });
+    }
+    EXPECT_EQ(stale.load(), 0) << threads << " threads";
+  }
+}
+
 TEST(ThreadPoolTest, RangesAreContiguousAndBalanced) {
   ThreadPool pool(3);
   EXPECT_EQ(pool.RangeBegin(10, 0), 0);

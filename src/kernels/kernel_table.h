@@ -232,7 +232,11 @@ struct KernelTable {
                        int64_t panel_end, const GemmOut& out);
 
   // Rows [row_begin, row_end) of a dense matrix times float activations x [n_tokens, w.cols]
-  // (row stride ldx). scratch: w.cols floats (to dequantize a row of a block type).
+  // (row stride ldx). scratch: DenseGemmScratchFloats(w.cols) floats (rows dequantized or
+  // converted to floats, up to four at a time).
+  static constexpr int64_t DenseGemmScratchFloats(int64_t cols) {
+    return 4 * ((cols + 15) / 16 * 16);
+  }
   void (*dense_gemm)(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                      int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch);
   // The output step of a LoRA term: y[t * ldy + o] += sum over r < bt.rows of

@@ -339,7 +339,7 @@ TEST_P(KernelsTest, DenseGemmAddTermIsBitExact) {
     WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
     std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), 82);
     const std::vector<float> add = Random(static_cast<size_t>(n_tokens * ld_add), 83);
-    std::vector<float> scratch(static_cast<size_t>(cols));
+    std::vector<float> scratch(static_cast<size_t>(KernelTable::DenseGemmScratchFloats(cols)));
     for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
       std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 84), got = want;
       reference::DenseGemm(w, x.data(), cols, n_tokens, 1, rows - 2,
@@ -375,20 +375,24 @@ TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
       const WeightMatrix w{type, rank, w_cols, bt.data(), row_bytes};
       const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
       const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
-      std::vector<float> want = y0, got = y0;
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t o = 3; o < w_cols - 5; ++o) {
-          float acc = want[t * ldy + o];
-          for (int64_t r = 0; r < rank; ++r) {
-            // volatile: the product is rounded on its own (no fused multiply-add in this file).
-            const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
-            acc = acc + prod;
+      // A range with partial blocks at both ends, and one inside a single block of 32.
+      for (auto [ob, oe] : {std::pair<int64_t, int64_t>{3, w_cols - 5}, {35, 50}}) {
+        std::vector<float> want = y0, got = y0;
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t o = ob; o < oe; ++o) {
+            float acc = want[t * ldy + o];
+            for (int64_t r = 0; r < rank; ++r) {
+              // volatile: the product is rounded on its own (no fused multiply-add in this file).
+              const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
+              acc = acc + prod;
+            }
+            want[t * ldy + o] = acc;
           }
-          want[t * ldy + o] = acc;
         }
+        k.lora_expand(w, m.data(), ldm, n, ob, oe, got.data(), ldy);
+        ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n << " outputs "
+                             << ob << ".." << oe;
       }
-      k.lora_expand(w, m.data(), ldm, n, 3, w_cols - 5, got.data(), ldy);
-      ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n;
     }
 }
 
@@ -488,21 +492,25 @@ TEST_P(KernelsTest, DenseGemmIsBitExact) {
   const KernelTable& k = *GetParam();
   for (int ti = 0; ti < static_cast<int>(DType::kCount); ++ti) {
     const DType type = static_cast<DType>(ti);
-    const int64_t rows = 24, cols = 512 + 256 * (type == DType::kF32 ? 0 : 1), n_tokens = 5;
+    const int64_t rows = 24, cols = 512 + 256 * (type == DType::kF32 ? 0 : 1);
     std::vector<float> wf = Random(static_cast<size_t>(rows * cols), 31 + ti);
     const size_t row_bytes = RowBytes(type, cols);
     std::vector<uint8_t> wq(row_bytes * rows);
     for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, &wf[r * cols], &wq[r * row_bytes], cols);
     WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
-    std::vector<float> x = Random(static_cast<size_t>(n_tokens * (cols + 3)), 41);
-    for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
-      std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 5), got = want;
-      std::vector<float> scratch(static_cast<size_t>(cols));
-      reference::DenseGemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {want.data(), rows, e},
-                           scratch.data());
-      k.dense_gemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {got.data(), rows, e},
-                   scratch.data());
-      ASSERT_EQ(want, got) << k.name << " " << DTypeName(type);
+    // 1 and 2 tokens (the few-token form), 5 and 9 (blocks of 4 tokens and the rest); rows
+    // [2, 23): blocks of 4 rows and the rest.
+    for (int64_t n_tokens : {1, 2, 5, 9}) {
+      std::vector<float> x = Random(static_cast<size_t>(n_tokens * (cols + 3)), 41);
+      for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
+        std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 5), got = want;
+        std::vector<float> scratch(static_cast<size_t>(KernelTable::DenseGemmScratchFloats(cols)));
+        reference::DenseGemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {want.data(), rows, e},
+                             scratch.data());
+        k.dense_gemm(w, x.data(), cols + 3, n_tokens, 2, rows - 1, {got.data(), rows, e},
+                     scratch.data());
+        ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n_tokens;
+      }
     }
   }
 }

@@ -127,14 +127,14 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       if (any) {
         part.add = s.lora_delta;
         part.ld_add = lora.width;
-        LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
       }
-      if (any && n == 1 && l.packed) {
+      if (any && n == 1 && l.packed) {  // one region: ProjectOneRow computes the whole term
         ProjectOneRow(p.ctx, l, xr, ldx, norm, part, &lora,
                       s.row_adapters[static_cast<size_t>(c0)]);
         continue;
       }
       if (any) {
+        LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
         // The outputs, split by output rows; runs of rows that share a set go together.
         p.pool().ParallelFor(lora.width, [&](int64_t ob, int64_t oe, int) {
           for (int32_t r0 = c0; r0 < c1;) {

@@ -81,8 +81,9 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
   // nanoseconds) so the step is one parallel region with no serial gap.
   const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
   const int64_t n_panels = l.p.layout.n_panels();
+  const int64_t n_units = swiglu ? n_panels / 2 : n_panels;
   const int64_t cols = l.cols();
-  p.pool.ParallelFor(swiglu ? n_panels / 2 : n_panels, [&](int64_t b, int64_t e, int t) {
+  auto panels = [&](int64_t b, int64_t e, int t) {
     float* scratch = p.thread_scratch(t);
     QuantizedRows qt;
     qt.q = reinterpret_cast<int8_t*>(scratch);
@@ -93,8 +94,7 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     qt.group = l.p.layout.group;
     p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
     if (lora != nullptr) {
-      // This thread's panels' outputs of the term (gate and up rows of its pairs when fused),
-      // from the intermediates in lora_mid.
+      // This thread's panels' outputs of the term (gate and up rows of its pairs when fused).
       const int64_t rows = l.rows(), half = rows / 2;
       const float* mid = p.s.lora_mid;
       if (swiglu) {
@@ -111,6 +111,29 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     } else {
       p.k.packed_gemm(l.p, qt, b, e, out);
     }
+  };
+  if (lora == nullptr) {
+    p.pool.ParallelFor(n_units, panels);
+    return;
+  }
+  // With a low-rank term, still one region: each thread computes its share of the intermediates
+  // (its rank rows, from the row it normalizes itself), all meet at a barrier, then each adds
+  // the term to its panels. The intermediates' bits do not depend on the split.
+  const int64_t n_mid = LoraMidCount(*lora, *set);
+  SpinBarrier barrier(p.pool.n_threads());
+  p.pool.Run([&](int t) {
+    const int64_t mb = p.pool.RangeBegin(n_mid, t), me = p.pool.RangeBegin(n_mid, t + 1);
+    if (mb < me) {
+      const float* xn = x;
+      if (norm != nullptr) {
+        p.k.rmsnorm(x, norm, p.c.rms_eps, cols, p.s.lora_thread_xn(t));
+        xn = p.s.lora_thread_xn(t);
+      }
+      LoraMidRows(p, *lora, *set, xn, cols, 1, mb, me, p.s.lora_mid, 0, p.s.lora_scratch(t));
+    }
+    barrier.ArriveAndWait();
+    const int64_t b = p.pool.RangeBegin(n_units, t), e = p.pool.RangeBegin(n_units, t + 1);
+    if (b < e) panels(b, e, t);
   });
 }
 

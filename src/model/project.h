@@ -65,9 +65,10 @@ int32_t TileBlock(const PackedLayout& l);
 
 // out = W · norm?(x) for rows [0, n) of x (row stride ldx) in the given form. out.add, when set,
 // is the additive term of kernel_table.h (a low-rank delta joining before the epilogue).
-// With `lora` and `set`, every thread first computes the term's outputs of its own panels into
-// out.add (which must point at ForwardScratch::lora_delta, row stride lora->width) from the
-// intermediates in ForwardScratch::lora_mid (computed before, LoraMidRows).
+// With `lora` and `set` (one row), the threads first compute the term's intermediates into
+// ForwardScratch::lora_mid (a share each, then a barrier), then each the term's outputs of its
+// own panels into out.add (which must point at ForwardScratch::lora_delta, row stride
+// lora->width): one parallel region.
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
                    const float* norm, const GemmOut& out, const LoraTerm* lora = nullptr,
                    const AdapterSet* set = nullptr);

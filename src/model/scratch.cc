@@ -71,7 +71,8 @@ StatusOr<ForwardScratch> ForwardScratch::Create(const Model& model, int32_t max_
                half = static_cast<size_t>(c.head_dim / 2);
   const size_t max_cols = std::max({d, qd, ff});
   s.per_thread_floats = static_cast<int64_t>(std::max<size_t>(
-      max_cols, static_cast<size_t>(AttentionScratchFloats(c.gqa_group(), c.head_dim))));
+      static_cast<size_t>(KernelTable::DenseGemmScratchFloats(static_cast<int64_t>(max_cols))),
+      static_cast<size_t>(AttentionScratchFloats(c.gqa_group(), c.head_dim))));
   s.per_thread_floats = (s.per_thread_floats + 15) / 16 * 16;
 
   ScratchPlan plan;
@@ -111,7 +112,9 @@ Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
   const int64_t max_cols = std::max({int64_t{c.d_model}, c.q_dim(), int64_t{c.d_ff}});
   const int64_t width =
       std::max({c.q_dim() + 2 * c.kv_dim(), 2 * int64_t{c.d_ff}, c.q_dim(), int64_t{c.d_model}});
-  const int64_t per_thread = (2 * max_cols + 15) / 16 * 16;  // dense scratch, one input row
+  // dense scratch, one input row
+  const int64_t dense = KernelTable::DenseGemmScratchFloats(max_cols);
+  const int64_t per_thread = (dense + max_cols + 15) / 16 * 16;
   const int64_t delta = int64_t{kLoraChunkRows} * width;
   const int64_t xn = int64_t{kLoraChunkRows} * max_cols;
   const int64_t mid = (int64_t{kLoraChunkRows} * mid_floats + 15) / 16 * 16;
@@ -130,6 +133,7 @@ Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
   lora_thread_floats = per_thread;
   lora_mid_floats = mid_floats;
   lora_cols = max_cols;
+  lora_dense_floats = dense;
   return Status::Ok();
 }
 

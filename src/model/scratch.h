@@ -105,10 +105,11 @@ class ForwardScratch {
   int64_t lora_mid_floats = 0;  // what the buffers were sized for (0: no adapters)
   // Sizes the adapter buffers for a set whose AdapterMidFloats is `mid_floats` (grows only).
   Status ReserveAdapters(const Model& model, int64_t mid_floats);
-  int64_t lora_cols = 0;  // max(d_model, q_dim, d_ff)
+  int64_t lora_cols = 0;          // max(d_model, q_dim, d_ff)
+  int64_t lora_dense_floats = 0;  // dense_gemm's scratch at lora_scratch(t)
   // A thread's scratch for the dense kernels, and its row for one normalized input.
   float* lora_scratch(int t) const { return lora_thread + t * lora_thread_floats; }
-  float* lora_thread_xn(int t) const { return lora_scratch(t) + lora_cols; }
+  float* lora_thread_xn(int t) const { return lora_scratch(t) + lora_dense_floats; }
 
  private:
   std::unique_ptr<uint8_t[]> buffer_;

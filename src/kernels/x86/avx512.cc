@@ -557,9 +557,121 @@ inline const float* RowAsFloat(const WeightMatrix& w, int64_t r, float* scratch)
   }
 }
 
+// Columns [i, i + 16) of row `src` (masked by m) as floats, converted in registers exactly as
+// RowAsFloat does (the same values, so the same dots); for the types FusedRowType accepts.
+inline bool FusedRowType(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0;
+}
+inline __m512 FusedChunk(DType type, const uint8_t* src, int64_t i, __mmask16 m) {
+  switch (type) {
+    case DType::kF32:
+      return _mm512_maskz_loadu_ps(m, src + 4 * i);
+    case DType::kF16:
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + 2 * i));
+    case DType::kBF16: {
+      const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + 2 * i));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    default: {  // Q8_0: whole blocks of 32, so no mask
+      const uint8_t* block = src + (i / 32) * 34;
+      uint16_t h;
+      std::memcpy(&h, block, 2);
+      const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + (i % 32)));
+      return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+  }
+}
+
+// Fewer than 4 tokens (decode, the LoRA intermediates of one token): rows in fours, converted in
+// registers, four independent accumulators (each row's dot is still lane i % 16 in column order).
+void DenseGemmFewTokens(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                        int64_t row_begin, int64_t row_end, const GemmOut& out) {
+  const size_t rb = w.row_bytes;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * ldx;
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) {
+      const uint8_t* src = w.data + static_cast<size_t>(r) * rb;
+      // The next four rows are fetched while these are multiplied: the rows are short (a LoRA
+      // factor's rank rows), too short for the hardware prefetcher to ramp up on its own.
+      const uint8_t* next = src + 4 * rb;
+      const int n_next = static_cast<int>(std::min<int64_t>(4, row_end - r - 4));
+      const int64_t step = static_cast<int64_t>(rb) * 16 / w.cols + 1;  // bytes per 16 columns
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < w.cols; i += 16) {
+        const __mmask16 m = MaskFor(w.cols - i);
+        if (n_next > 0) {
+          const int64_t at = i / 16 * step;
+          for (int j = 0; j < n_next; ++j)
+            _mm_prefetch(reinterpret_cast<const char*>(next + j * rb + at), _MM_HINT_T0);
+        }
+        const __m512 xv = _mm512_maskz_loadu_ps(m, xt + i);
+        a0 = _mm512_fmadd_ps(FusedChunk(w.type, src, i, m), xv, a0);
+        a1 = _mm512_fmadd_ps(FusedChunk(w.type, src + rb, i, m), xv, a1);
+        a2 = _mm512_fmadd_ps(FusedChunk(w.type, src + 2 * rb, i, m), xv, a2);
+        a3 = _mm512_fmadd_ps(FusedChunk(w.type, src + 3 * rb, i, m), xv, a3);
+      }
+      StoreScalar(out, t, r, CanonicalReduce(a0));
+      StoreScalar(out, t, r + 1, CanonicalReduce(a1));
+      StoreScalar(out, t, r + 2, CanonicalReduce(a2));
+      StoreScalar(out, t, r + 3, CanonicalReduce(a3));
+    }
+    for (; r < row_end; ++r) {
+      const uint8_t* src = w.data + static_cast<size_t>(r) * rb;
+      __m512 a = _mm512_setzero_ps();
+      for (int64_t i = 0; i < w.cols; i += 16) {
+        const __mmask16 m = MaskFor(w.cols - i);
+        a = _mm512_fmadd_ps(FusedChunk(w.type, src, i, m), _mm512_maskz_loadu_ps(m, xt + i), a);
+      }
+      StoreScalar(out, t, r, CanonicalReduce(a));
+    }
+  }
+}
+
 void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
+  if (n_tokens < 4 && FusedRowType(w.type)) {
+    DenseGemmFewTokens(w, x, ldx, n_tokens, row_begin, row_end, out);
+    return;
+  }
+  int64_t r = row_begin;
+  if (FusedRowType(w.type)) {
+    // Blocks of 4 rows (as floats in scratch: 4 * cols) x 4 tokens: 16 accumulators, each the
+    // canonical dot of one row and one token.
+    const int64_t ld = (w.cols + 15) / 16 * 16;
+    for (; r + 4 <= row_end; r += 4) {
+      const float* rows[4];
+      for (int j = 0; j < 4; ++j) {
+        const float* row = RowAsFloat(w, r + j, scratch + j * ld);
+        rows[j] = row;
+      }
+      int64_t t = 0;
+      for (; t + 4 <= n_tokens; t += 4) {
+        __m512 acc[4][4];
+        for (int j = 0; j < 4; ++j) {
+          for (int u = 0; u < 4; ++u) acc[j][u] = _mm512_setzero_ps();
+        }
+        for (int64_t i = 0; i < w.cols; i += 16) {
+          const __mmask16 m = MaskFor(w.cols - i);
+          __m512 xv[4];
+          for (int u = 0; u < 4; ++u) xv[u] = _mm512_maskz_loadu_ps(m, x + (t + u) * ldx + i);
+          for (int j = 0; j < 4; ++j) {
+            const __m512 wv = _mm512_maskz_loadu_ps(m, rows[j] + i);
+            for (int u = 0; u < 4; ++u) acc[j][u] = _mm512_fmadd_ps(wv, xv[u], acc[j][u]);
+          }
+        }
+        for (int j = 0; j < 4; ++j) {
+          for (int u = 0; u < 4; ++u) StoreScalar(out, t + u, r + j, CanonicalReduce(acc[j][u]));
+        }
+      }
+      for (; t < n_tokens; ++t) {
+        for (int j = 0; j < 4; ++j)
+          StoreScalar(out, t, r + j, CanonicalDot(rows[j], x + t * ldx, w.cols));
+      }
+    }
+  }
+  for (; r < row_end; ++r) {
     const float* row = RowAsFloat(w, r, scratch);
     int64_t t = 0;
     for (; t + 4 <= n_tokens; t += 4) {
@@ -726,6 +838,43 @@ double Int8Peak(double seconds) {
 
 #include "kernels/lora_expand.inc"
 
+// lora_expand: one token with Q8_0 factors (decode with an int8 adapter package) in registers:
+// per block of 32 outputs every rank row is added while the outputs stay in two vectors, with
+// the rows' next blocks prefetched (16 short streams); the same operations in the same order as
+// LoraExpandImpl (value = scale * code, then y + m[r] * value, no fused multiply-add). The rest
+// goes to LoraExpandImpl.
+void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, int64_t o_begin,
+                int64_t o_end, float* y, int64_t ldy) {
+  if (n != 1 || bt.type != DType::kQ8_0) {
+    LoraExpandImpl(bt, m, ldm, n, o_begin, o_end, y, ldy);
+    return;
+  }
+  constexpr int64_t kAhead = 8 * 34;  // prefetch distance along a row: 8 blocks
+  const size_t rb = bt.row_bytes;
+  for (int64_t base = o_begin / 32 * 32; base < o_end; base += 32) {
+    const int64_t lo = std::max(o_begin, base) - base, hi = std::min(o_end, base + 32) - base;
+    const uint32_t lanes = static_cast<uint32_t>(((uint64_t{1} << hi) - 1) >> lo << lo);
+    const __mmask16 m0 = static_cast<__mmask16>(lanes), m1 = static_cast<__mmask16>(lanes >> 16);
+    __m512 y0 = _mm512_maskz_loadu_ps(m0, y + base), y1 = _mm512_maskz_loadu_ps(m1, y + base + 16);
+    const uint8_t* block = bt.data + (base / 32) * 34;
+    for (int64_t r = 0; r < bt.rows; ++r, block += rb) {
+      _mm_prefetch(reinterpret_cast<const char*>(block + kAhead), _MM_HINT_T0);
+      uint16_t h;
+      std::memcpy(&h, block, 2);
+      const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+      const __m512 sv = _mm512_set1_ps(m[r]);
+      const __m512 v0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                             reinterpret_cast<const __m128i*>(block + 2)))));
+      const __m512 v1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                             reinterpret_cast<const __m128i*>(block + 18)))));
+      y0 = _mm512_add_ps(y0, _mm512_mul_ps(sv, v0));
+      y1 = _mm512_add_ps(y1, _mm512_mul_ps(sv, v1));
+    }
+    _mm512_mask_storeu_ps(y + base, m0, y0);
+    _mm512_mask_storeu_ps(y + base + 16, m1, y1);
+  }
+}
+
 }  // namespace avx512
 
 const KernelTable& Avx512Kernels() {
@@ -735,7 +884,7 @@ const KernelTable& Avx512Kernels() {
       .packed_gemm = avx512::PackedGemm,
       .prefill_gemm = nullptr,
       .dense_gemm = avx512::DenseGemm,
-      .lora_expand = avx512::LoraExpandImpl,
+      .lora_expand = avx512::LoraExpand,
       .rmsnorm = avx512::Rmsnorm,
       .rope = avx512::Rope,
       .silu_mul = avx512::SiluMul,
