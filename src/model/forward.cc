@@ -133,26 +133,16 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
                       s.row_adapters[static_cast<size_t>(c0)]);
         continue;
       }
+      if (any) LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
+      const AdapterSet* const* sets = s.row_adapters.data() + c0;
+      if (any && l.packed) {  // the outputs of the term inside the matrix's own region
+        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles, &lora, sets);
+        continue;
+      }
       if (any) {
-        LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
         // The outputs, split by output rows; runs of rows that share a set go together.
         p.pool().ParallelFor(lora.width, [&](int64_t ob, int64_t oe, int) {
-          for (int32_t r0 = c0; r0 < c1;) {
-            const AdapterSet* set = s.row_adapters[static_cast<size_t>(r0)];
-            int32_t r1 = r0 + 1;
-            while (r1 < c1 && s.row_adapters[static_cast<size_t>(r1)] == set) ++r1;
-            float* delta = s.lora_delta + (r0 - c0) * lora.width;
-            if (HasAdapters(set)) {
-              LoraDeltaRows(p.ctx, lora, *set, s.lora_mid + (r0 - c0) * s.lora_mid_floats,
-                            s.lora_mid_floats, r1 - r0, ob, oe, delta);
-            } else {
-              for (int32_t t = 0; t < r1 - r0; ++t) {
-                std::memset(delta + t * lora.width + ob, 0,
-                            static_cast<size_t>(oe - ob) * sizeof(float));
-              }
-            }
-            r0 = r1;
-          }
+          LoraDeltaRuns(p.ctx, lora, sets, s.lora_mid, s.lora_mid_floats, n, ob, oe, s.lora_delta);
         });
       }
       if (!l.packed) {

@@ -137,8 +137,29 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
   });
 }
 
+void LoraDeltaRuns(const ProjectContext& p, const LoraTerm& term, const AdapterSet* const* sets,
+                   const float* mid, int64_t ldmid, int64_t n, int64_t o_begin, int64_t o_end,
+                   float* delta) {
+  for (int64_t r0 = 0; r0 < n;) {
+    const AdapterSet* set = sets[r0];
+    int64_t r1 = r0 + 1;
+    while (r1 < n && sets[r1] == set) ++r1;
+    float* d = delta + r0 * term.width;
+    if (set != nullptr && !set->empty()) {
+      LoraDeltaRows(p, term, *set, mid + r0 * ldmid, ldmid, r1 - r0, o_begin, o_end, d);
+    } else {
+      for (int64_t t = 0; t < r1 - r0; ++t) {
+        std::memset(d + t * term.width + o_begin, 0,
+                    static_cast<size_t>(o_end - o_begin) * sizeof(float));
+      }
+    }
+    r0 = r1;
+  }
+}
+
 void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,
-                   const float* norm, const GemmOut& out, bool tiles) {
+                   const float* norm, const GemmOut& out, bool tiles, const LoraTerm* lora,
+                   const AdapterSet* const* sets) {
   const int32_t tile_block = tiles && p.k.prefill_gemm != nullptr ? TileBlock(l.p.layout) : 0;
   const bool use_tiles = tile_block > 0;
   const int64_t n_panels = l.p.layout.n_panels();
@@ -155,11 +176,26 @@ void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int
     p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
   });
   const auto gemm = use_tiles ? p.k.prefill_gemm : p.k.packed_gemm;
+  const int64_t rows = l.rows(), half = rows / 2;
   if (out.epilogue == Epilogue::kSwiGlu) {
-    p.pool.ParallelFor(n_panels / 2,
-                       [&](int64_t b, int64_t e, int) { gemm(l.p, q, 2 * b, 2 * e, out); });
+    p.pool.ParallelFor(n_panels / 2, [&](int64_t b, int64_t e, int) {
+      if (lora != nullptr) {  // this thread's gate and up outputs of the term, then its panels
+        const int64_t o0 = std::min(b * kPanelRows, half), o1 = std::min(e * kPanelRows, half);
+        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n, o0, o1, p.s.lora_delta);
+        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n, half + o0, half + o1,
+                      p.s.lora_delta);
+      }
+      gemm(l.p, q, 2 * b, 2 * e, out);
+    });
   } else {
-    p.pool.ParallelFor(n_panels, [&](int64_t b, int64_t e, int) { gemm(l.p, q, b, e, out); });
+    p.pool.ParallelFor(n_panels, [&](int64_t b, int64_t e, int) {
+      if (lora != nullptr) {
+        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n,
+                      std::min(b * kPanelRows, rows), std::min(e * kPanelRows, rows),
+                      p.s.lora_delta);
+      }
+      gemm(l.p, q, b, e, out);
+    });
   }
 }
 

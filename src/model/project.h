@@ -72,8 +72,18 @@ int32_t TileBlock(const PackedLayout& l);
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
                    const float* norm, const GemmOut& out, const LoraTerm* lora = nullptr,
                    const AdapterSet* set = nullptr);
+// With `lora` and `sets` (each row's adapter set; null or empty: none), every thread first
+// computes the term's outputs of its own panels for the n rows into out.add (which must point at
+// ForwardScratch::lora_delta) from the intermediates in ForwardScratch::lora_mid (row stride
+// lora_mid_floats; computed before, LoraMidRows).
 void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,
-                   const float* norm, const GemmOut& out, bool tiles);
+                   const float* norm, const GemmOut& out, bool tiles,
+                   const LoraTerm* lora = nullptr, const AdapterSet* const* sets = nullptr);
+// The term's outputs [o_begin, o_end) for n rows whose sets are sets[0..n) (runs of rows sharing
+// a set go together; rows without adapters get zeros); delta's row stride is term.width.
+void LoraDeltaRuns(const ProjectContext& p, const LoraTerm& term, const AdapterSet* const* sets,
+                   const float* mid, int64_t ldmid, int64_t n, int64_t o_begin, int64_t o_end,
+                   float* delta);
 void ProjectDense(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,
                   const float* norm, const GemmOut& out);
 

@@ -845,7 +845,41 @@ double Int8Peak(double seconds) {
 // goes to LoraExpandImpl.
 void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, int64_t o_begin,
                 int64_t o_end, float* y, int64_t ldy) {
-  if (n != 1 || bt.type != DType::kQ8_0) {
+  if (n > 1) {
+    // Several tokens: per 256 outputs x 16 rank rows the tile converted once (LoraTile, exact),
+    // then per token 64 outputs in four vectors while the rank rows are added in order.
+    alignas(64) float tile[kLoraTileRows * kLoraTileCols];
+    for (int64_t b = o_begin; b < o_end; b += kLoraTileCols) {
+      const int64_t e = std::min(o_end, b + kLoraTileCols);
+      for (int64_t r0 = 0; r0 < bt.rows; r0 += kLoraTileRows) {
+        const int64_t r1 = std::min(bt.rows, r0 + kLoraTileRows);
+        LoraTile(bt, r0, r1, b, e, tile);
+        for (int64_t t = 0; t < n; ++t) {
+          float* out = y + t * ldy;
+          const float* mt = m + t * ldm;
+          for (int64_t o = b; o < e; o += 64) {
+            __mmask16 k[4];
+            __m512 acc[4];
+            for (int j = 0; j < 4; ++j) {
+              k[j] = MaskFor(std::max<int64_t>(0, e - o - 16 * j));
+              acc[j] = _mm512_maskz_loadu_ps(k[j], out + o + 16 * j);
+            }
+            for (int64_t r = r0; r < r1; ++r) {
+              const __m512 sv = _mm512_set1_ps(mt[r]);
+              const float* w = tile + (r - r0) * kLoraTileCols + (o - b);
+              for (int j = 0; j < 4; ++j) {
+                acc[j] = _mm512_add_ps(acc[j],
+                                       _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(k[j], w + 16 * j)));
+              }
+            }
+            for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(out + o + 16 * j, k[j], acc[j]);
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (bt.type != DType::kQ8_0) {
     LoraExpandImpl(bt, m, ldm, n, o_begin, o_end, y, ldy);
     return;
   }
