@@ -3,7 +3,8 @@
 // PackedGemm/<table>/<bits>/<group>/<tokens>: a [2560 x 896] packed matrix (an FFN's gate+up
 // shape) times <tokens> quantized rows; counters: GMAC/s and weight GB/s. Attention/<table>/
 // <positions>/<tokens>: 7 query heads over one f16 KV head of 64. PackedGemmStream/<table>/u4/g64/
-// <tokens>: the same shape streamed from memory (verification of a draft).
+// <tokens>: the same shape streamed from memory (verification of a draft). LoraA/<table>/q8_0/
+// <tokens> and LoraB/...: a rank-16 adapter's two steps (from cache), counter GMAC/s.
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -124,6 +125,52 @@ void BM_Attention(benchmark::State& state, const KernelTable* k, int64_t n_pos, 
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A LoRA factor in an int8 adapter package (Q8_0, f16 scale per 32), values in +-0.05.
+std::vector<uint8_t> MakeQ8Rows(int64_t rows, int64_t cols) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / 32 * 34));
+  Rng rng(2);
+  for (size_t b = 0; b < bytes.size(); b += 34) {
+    const uint16_t h = FloatToFp16(0.05f / 127);
+    bytes[b] = static_cast<uint8_t>(h & 0xff);
+    bytes[b + 1] = static_cast<uint8_t>(h >> 8);
+    for (size_t i = 2; i < 34; ++i) bytes[b + i] = static_cast<uint8_t>(rng.NextU64());
+  }
+  return bytes;
+}
+
+// The LoRA intermediates: rank-16 A [16 x 896] (Q8_0) times n float rows (dense_gemm).
+void BM_LoraA(benchmark::State& state, const KernelTable* k, int64_t n_tokens) {
+  const int64_t rows = 16, cols = 896;
+  const std::vector<uint8_t> a = MakeQ8Rows(rows, cols);
+  const WeightMatrix w{DType::kQ8_0, rows, cols, a.data(), static_cast<size_t>(cols / 32 * 34)};
+  std::vector<float> x(static_cast<size_t>(n_tokens * cols), 0.5f),
+      y(static_cast<size_t>(n_tokens * rows));
+  std::vector<float> scratch(static_cast<size_t>(KernelTable::DenseGemmScratchFloats(cols)));
+  for (auto _ : state) {
+    k->dense_gemm(w, x.data(), cols, n_tokens, 0, rows, {y.data(), rows, Epilogue::kStore},
+                  scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n_tokens) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The LoRA outputs: B stored transposed [16 x 2560] (Q8_0, an FFN gate+up width) times n rows of
+// 16 intermediates added to n output rows (lora_expand).
+void BM_LoraB(benchmark::State& state, const KernelTable* k, int64_t n_tokens) {
+  const int64_t rank = 16, cols = 2560;
+  const std::vector<uint8_t> b = MakeQ8Rows(rank, cols);
+  const WeightMatrix bt{DType::kQ8_0, rank, cols, b.data(), static_cast<size_t>(cols / 32 * 34)};
+  std::vector<float> m(static_cast<size_t>(n_tokens * rank), 0.25f),
+      y(static_cast<size_t>(n_tokens * cols), 0.0f);
+  for (auto _ : state) {
+    k->lora_expand(bt, m.data(), rank, n_tokens, 0, cols, y.data(), cols);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rank * cols * n_tokens) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void Register() {
   for (const KernelTable* k : AvailableKernelTables()) {
     if (k->name == "reference") continue;
@@ -153,6 +200,14 @@ void Register() {
               ->Unit(benchmark::kMicrosecond);
         }
       }
+    }
+    for (int64_t n : {1, 64}) {
+      benchmark::RegisterBenchmark(("LoraA/" + t + "/q8_0/" + std::to_string(n)).c_str(), BM_LoraA,
+                                   k, n)
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("LoraB/" + t + "/q8_0/" + std::to_string(n)).c_str(), BM_LoraB,
+                                   k, n)
+          ->Unit(benchmark::kMicrosecond);
     }
     for (int64_t pos : {128, 512}) {
       for (int64_t n : {1, 16}) {

@@ -133,12 +133,12 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
                       s.row_adapters[static_cast<size_t>(c0)]);
         continue;
       }
-      if (any) LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
       const AdapterSet* const* sets = s.row_adapters.data() + c0;
-      if (any && l.packed) {  // the outputs of the term inside the matrix's own region
+      if (any && l.packed) {  // the whole term inside the matrix's own two regions
         ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles, &lora, sets);
         continue;
       }
+      if (any) LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
       if (any) {
         // The outputs, split by output rows; runs of rows that share a set go together.
         p.pool().ParallelFor(lora.width, [&](int64_t ob, int64_t oe, int) {

@@ -167,13 +167,36 @@ void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int
   q.n_tokens = n;
   q.cols = l.cols();
   q.group = use_tiles ? tile_block : l.p.layout.group;
-  p.pool.ParallelFor(n, [&](int64_t b, int64_t e, int) {
+  p.pool.ParallelFor(n, [&](int64_t b, int64_t e, int t) {
     QuantizedRows part = q;
     part.q += b * q.cols;
     part.scale += b * q.n_groups();
     part.sum += b * q.n_groups();
     part.n_tokens = e - b;
     p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
+    if (lora == nullptr) return;
+    // The term's intermediates of this thread's rows (every rank row; one dot per row and
+    // intermediate whatever the split), from the rows normalized into lora_xn when the matrix
+    // normalizes its input.
+    const float* xn = x;
+    int64_t ldxn = ldx;
+    if (norm != nullptr) {
+      for (int64_t r = b; r < e; ++r)
+        p.k.rmsnorm(x + r * ldx, norm, p.c.rms_eps, q.cols, p.s.lora_xn + r * q.cols);
+      xn = p.s.lora_xn;
+      ldxn = q.cols;
+    }
+    for (int64_t r0 = b; r0 < e;) {
+      const AdapterSet* set = sets[r0];
+      int64_t r1 = r0 + 1;
+      while (r1 < e && sets[r1] == set) ++r1;
+      if (set != nullptr && !set->empty()) {
+        LoraMidRows(p, *lora, *set, xn + r0 * ldxn, ldxn, r1 - r0, 0, LoraMidCount(*lora, *set),
+                    p.s.lora_mid + r0 * p.s.lora_mid_floats, p.s.lora_mid_floats,
+                    p.s.lora_scratch(t));
+      }
+      r0 = r1;
+    }
   });
   const auto gemm = use_tiles ? p.k.prefill_gemm : p.k.packed_gemm;
   const int64_t rows = l.rows(), half = rows / 2;

@@ -63,8 +63,10 @@ std::vector<int32_t> Ids(int n, int seed, int32_t vocab) {
   return ids;
 }
 
-// Segments of 1 and of 5 rows (one-row and exact forms), each in its own cache, with and without
-// adapters, alone and together: the logits of each segment are the same bits.
+// Segments of 1, 5 and 40 rows (one-row, exact and prefill forms; 80 rows together cross the
+// 64-row chunks of the term, with rows of both kinds in one chunk and a chunk without adapters),
+// each in its own cache, with and without adapters, alone and together: the logits of each
+// segment are the same bits.
 TEST(LoraTest, MixedBatchRowsComputeWhatTheyComputeAlone) {
   for (DType type : {DType::kQ8_0, DType::kF32}) {
     auto model = Tiny(type);
@@ -72,14 +74,14 @@ TEST(LoraTest, MixedBatchRowsComputeWhatTheyComputeAlone) {
     const ModelConfig& c = model->config();
     AdapterSet set{{Adapter(*model, "mixed", 8, 3), 0.8f}};
     ThreadPool pool(2);
-    auto scratch = ForwardScratch::Create(*model, 16, 2);
+    auto scratch = ForwardScratch::Create(*model, 96, 2);
     ASSERT_TRUE(scratch.ok());
     ASSERT_TRUE(scratch->ReserveAdapters(*model, AdapterMidFloats(set)).ok());
-    for (int32_t n_rows : {1, 5}) {
+    for (int32_t n_rows : {1, 5, 40}) {
       const std::vector<int32_t> a = Ids(n_rows, 1, c.vocab_size), b = Ids(n_rows, 2, c.vocab_size);
       // The logits of the last row of one segment run alone.
       auto alone = [&](const std::vector<int32_t>& ids, const AdapterSet* adapters) {
-        auto kv = KvCache::Create(c, 32);
+        auto kv = KvCache::Create(c, 64);
         EXPECT_TRUE(kv.ok());
         BatchSegment seg{&*kv, 0, n_rows, 0};
         seg.adapters = adapters;
@@ -94,7 +96,7 @@ TEST(LoraTest, MixedBatchRowsComputeWhatTheyComputeAlone) {
         return logits;
       };
       const std::vector<float> a_alone = alone(a, &set), b_alone = alone(b, nullptr);
-      auto kv_a = KvCache::Create(c, 32), kv_b = KvCache::Create(c, 32);
+      auto kv_a = KvCache::Create(c, 64), kv_b = KvCache::Create(c, 64);
       ASSERT_TRUE(kv_a.ok() && kv_b.ok());
       std::vector<int32_t> ids = a;
       ids.insert(ids.end(), b.begin(), b.end());

@@ -641,6 +641,13 @@ void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tok
     // canonical dot of one row and one token.
     const int64_t ld = (w.cols + 15) / 16 * 16;
     for (; r + 4 <= row_end; r += 4) {
+      // The next four rows are fetched while these are used for every token (short rows: the
+      // hardware prefetcher would not ramp up on them).
+      for (int64_t j = r + 4; j < std::min(row_end, r + 8); ++j) {
+        const char* next =
+            reinterpret_cast<const char*>(w.data + static_cast<size_t>(j) * w.row_bytes);
+        for (size_t at = 0; at < w.row_bytes; at += 64) _mm_prefetch(next + at, _MM_HINT_T0);
+      }
       const float* rows[4];
       for (int j = 0; j < 4; ++j) {
         const float* row = RowAsFloat(w, r + j, scratch + j * ld);
@@ -854,6 +861,22 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
       for (int64_t r0 = 0; r0 < bt.rows; r0 += kLoraTileRows) {
         const int64_t r1 = std::min(bt.rows, r0 + kLoraTileRows);
         LoraTile(bt, r0, r1, b, e, tile);
+        // The next tile's bytes are fetched while this one is used for every token.
+        const bool more_rows = r1 < bt.rows;
+        const int64_t nb = more_rows ? b : e,
+                      ne = more_rows ? e : std::min(o_end, e + kLoraTileCols);
+        const int64_t nr0 = more_rows ? r1 : 0, nr1 = more_rows
+                                                          ? std::min(bt.rows, r1 + kLoraTileRows)
+                                                          : std::min(bt.rows, kLoraTileRows);
+        if (nb < ne) {
+          const size_t elem = bt.type == DType::kQ8_0 ? 34 : bt.type == DType::kF32 ? 128 : 64;
+          const size_t first = static_cast<size_t>(nb / 32) * elem,
+                       last = static_cast<size_t>((ne + 31) / 32) * elem;
+          for (int64_t r = nr0; r < nr1; ++r) {
+            const char* row = reinterpret_cast<const char*>(bt.row(r));
+            for (size_t at = first; at < last; at += 64) _mm_prefetch(row + at, _MM_HINT_T0);
+          }
+        }
         for (int64_t t = 0; t < n; ++t) {
           float* out = y + t * ldy;
           const float* mt = m + t * ldm;
