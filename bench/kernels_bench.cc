@@ -164,7 +164,7 @@ void BM_LoraB(benchmark::State& state, const KernelTable* k, int64_t n_tokens) {
   std::vector<float> m(static_cast<size_t>(n_tokens * rank), 0.25f),
       y(static_cast<size_t>(n_tokens * cols), 0.0f);
   for (auto _ : state) {
-    k->lora_expand(bt, m.data(), rank, n_tokens, 0, cols, y.data(), cols);
+    k->lora_expand(bt, m.data(), rank, n_tokens, 0, cols, y.data(), cols, true);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rank * cols * n_tokens) * 1e-9,

@@ -242,9 +242,11 @@ struct KernelTable {
   // The output step of a LoRA term: y[t * ldy + o] += sum over r < bt.rows of
   // m[t * ldm + r] * bt[r][o], for outputs [o_begin, o_end) and n tokens; bt [rank, outputs] in
   // f32, bf16, f16 or Q8_0 (the B factor, transposed). Each r is a multiply then an add, in rank
-  // order: the same bits on every table.
+  // order: the same bits on every table. accumulate false: y is not read, the sum starts from +0
+  // (exactly what zeroing y first and accumulating gives, without the zeroing pass).
   void (*lora_expand)(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n,
-                      int64_t o_begin, int64_t o_end, float* y, int64_t ldy) = nullptr;
+                      int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
+                      bool accumulate) = nullptr;
 
   // y = x / sqrt(mean(x^2) + eps) * weight, over n elements (y may alias x).
   void (*rmsnorm)(const float* x, const float* weight, float eps, int64_t n, float* y);

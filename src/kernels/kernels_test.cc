@@ -376,23 +376,26 @@ TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
       const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
       const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
       // A range with partial blocks at both ends, and one inside a single block of 32.
-      for (auto [ob, oe] : {std::pair<int64_t, int64_t>{3, w_cols - 5}, {35, 50}}) {
-        std::vector<float> want = y0, got = y0;
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t o = ob; o < oe; ++o) {
-            float acc = want[t * ldy + o];
-            for (int64_t r = 0; r < rank; ++r) {
-              // volatile: the product is rounded on its own (no fused multiply-add in this file).
-              const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
-              acc = acc + prod;
+      // accumulate false: y's range is overwritten with the sum from +0 (its old values, random
+      // here, are never read), the rest of y untouched.
+      for (bool accumulate : {true, false})
+        for (auto [ob, oe] : {std::pair<int64_t, int64_t>{3, w_cols - 5}, {35, 50}}) {
+          std::vector<float> want = y0, got = y0;
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t o = ob; o < oe; ++o) {
+              float acc = accumulate ? want[t * ldy + o] : 0.0f;
+              for (int64_t r = 0; r < rank; ++r) {
+                // volatile: the product is rounded on its own (no fused multiply-add in this file).
+                const volatile float prod = m[t * ldm + r] * exact[r * w_cols + o];
+                acc = acc + prod;
+              }
+              want[t * ldy + o] = acc;
             }
-            want[t * ldy + o] = acc;
           }
+          k.lora_expand(w, m.data(), ldm, n, ob, oe, got.data(), ldy, accumulate);
+          ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n << " outputs "
+                               << ob << ".." << oe << " accumulate " << accumulate;
         }
-        k.lora_expand(w, m.data(), ldm, n, ob, oe, got.data(), ldy);
-        ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n << " outputs "
-                             << ob << ".." << oe;
-      }
     }
 }
 

@@ -63,13 +63,17 @@ void LoraDeltaRows(const ProjectContext& p, const LoraTerm& term, const AdapterS
     }
     if (b >= e) continue;
     float* d = delta + part.offset;
-    for (int64_t t = 0; t < n; ++t)
-      std::memset(d + t * term.width + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+    bool first = true;  // the first adapter's outputs are stored, the others' added
     for (const AdapterUse& u : set) {
       const LoraPair& pair = u.adapter->pair(term.layer, part.target);
       if (!pair.present()) continue;
-      p.k.lora_expand(pair.bt, mid + off, ldmid, n, b, e, d, term.width);
+      p.k.lora_expand(pair.bt, mid + off, ldmid, n, b, e, d, term.width, !first);
+      first = false;
       off += pair.rank;
+    }
+    if (first) {  // no adapter of the set has this part: a zero term
+      for (int64_t t = 0; t < n; ++t)
+        std::memset(d + t * term.width + b, 0, static_cast<size_t>(e - b) * sizeof(float));
     }
   }
 }

@@ -851,7 +851,7 @@ double Int8Peak(double seconds) {
 // LoraExpandImpl (value = scale * code, then y + m[r] * value, no fused multiply-add). The rest
 // goes to LoraExpandImpl.
 void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, int64_t o_begin,
-                int64_t o_end, float* y, int64_t ldy) {
+                int64_t o_end, float* y, int64_t ldy, bool accumulate) {
   if (n > 1) {
     // Several tokens: per 256 outputs x 16 rank rows the tile converted once (LoraTile, exact),
     // then per token 64 outputs in four vectors while the rank rows are added in order.
@@ -885,7 +885,8 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
             __m512 acc[4];
             for (int j = 0; j < 4; ++j) {
               k[j] = MaskFor(std::max<int64_t>(0, e - o - 16 * j));
-              acc[j] = _mm512_maskz_loadu_ps(k[j], out + o + 16 * j);
+              acc[j] = accumulate || r0 > 0 ? _mm512_maskz_loadu_ps(k[j], out + o + 16 * j)
+                                            : _mm512_setzero_ps();
             }
             for (int64_t r = r0; r < r1; ++r) {
               const __m512 sv = _mm512_set1_ps(mt[r]);
@@ -903,7 +904,7 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
     return;
   }
   if (bt.type != DType::kQ8_0) {
-    LoraExpandImpl(bt, m, ldm, n, o_begin, o_end, y, ldy);
+    LoraExpandImpl(bt, m, ldm, n, o_begin, o_end, y, ldy, accumulate);
     return;
   }
   constexpr int64_t kAhead = 8 * 34;  // prefetch distance along a row: 8 blocks
@@ -912,7 +913,11 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
     const int64_t lo = std::max(o_begin, base) - base, hi = std::min(o_end, base + 32) - base;
     const uint32_t lanes = static_cast<uint32_t>(((uint64_t{1} << hi) - 1) >> lo << lo);
     const __mmask16 m0 = static_cast<__mmask16>(lanes), m1 = static_cast<__mmask16>(lanes >> 16);
-    __m512 y0 = _mm512_maskz_loadu_ps(m0, y + base), y1 = _mm512_maskz_loadu_ps(m1, y + base + 16);
+    __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
+    if (accumulate) {
+      y0 = _mm512_maskz_loadu_ps(m0, y + base);
+      y1 = _mm512_maskz_loadu_ps(m1, y + base + 16);
+    }
     const uint8_t* block = bt.data + (base / 32) * 34;
     for (int64_t r = 0; r < bt.rows; ++r, block += rb) {
       _mm_prefetch(reinterpret_cast<const char*>(block + kAhead), _MM_HINT_T0);
