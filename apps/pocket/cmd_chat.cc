@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common.h"
@@ -53,106 +56,162 @@ StatusOr<std::string> FitContext(const ChatTemplate& tmpl, const ChatOptions& co
   }
 }
 
+// The /lora command: "/lora" shows the set in use, "/lora off" drops it, "/lora A[:S] B[:S] ..."
+// makes those adapters the set. Each file is loaded once per chat (loaded, by path) and shared
+// afterwards; the session's KV cache is invalidated only when the set changes (SetAdapters).
+Status SwitchAdapters(std::string_view args, const Model& model, Session& s,
+                      std::map<std::string, std::shared_ptr<const LoraAdapter>>* loaded) {
+  std::vector<std::string> words;
+  std::string word;
+  for (char ch : args) {
+    if (ch == ' ' || ch == '\t') {
+      if (!word.empty()) words.push_back(std::move(word));
+      word.clear();
+    } else {
+      word.push_back(ch);
+    }
+  }
+  if (!word.empty()) words.push_back(std::move(word));
+  if (words.empty()) {
+    const std::string name = AdapterSetName(s.adapters());
+    std::fprintf(stderr, "pocket: adapters: %s\n", name.empty() ? "none" : name.c_str());
+    return Status::Ok();
+  }
+  AdapterSet set;
+  if (!(words.size() == 1 && words[0] == "off")) {
+    for (const std::string& arg : words) {
+      std::string path;
+      float scale = 1.0f;
+      POCKET_RETURN_IF_ERROR(ParseAdapterArg(arg, &path, &scale));
+      auto it = loaded->find(path);
+      if (it == loaded->end()) {
+        POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const LoraAdapter> a,
+                                LoraAdapter::Load(path, model));
+        it = loaded->emplace(path, std::move(a)).first;
+      }
+      set.push_back({it->second, scale});
+    }
+  }
+  POCKET_RETURN_IF_ERROR(s.SetAdapters(std::move(set)));
+  const std::string name = AdapterSetName(s.adapters());
+  std::fprintf(stderr, "pocket: adapters: %s\n", name.empty() ? "none" : name.c_str());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Command AddChatCommand(CLI::App& root) {
   auto* app = root.add_subcommand(
       "chat",
-      "interactive multi-turn chat (/reset clears the conversation, /exit or EOF ends; Ctrl-C "
-      "stops a reply, Ctrl-C at the prompt exits)");
+      "interactive multi-turn chat (/reset clears the conversation, /lora A[:SCALE] ... switches "
+      "adapters for the next turns, /lora off drops them, /lora shows them; /exit or EOF ends; "
+      "Ctrl-C stops a reply, Ctrl-C at the prompt exits)");
   auto flags = std::make_shared<GenerationFlags>();
   flags->Register(app);
   SetExamples(app, {"pocket chat -m model.pocket",
                     "pocket chat -m model.gguf --system \"Answer briefly.\" --no-think",
-                    "pocket chat -m model.pocket -c 8192 -n -1 --temp 0.7"});
-  return {app, [=]() -> int {
-            auto options = flags->Options();
-            if (!options.ok()) return ReportUsageError(options.status().message());
-            auto request = flags->Request();
-            if (!request.ok()) return ReportUsageError(request.status().message());
-            auto so = flags->engine.Session();
-            if (!so.ok()) return ReportUsageError(so.status().message());
-            // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit. Made
-            // before any thread (the pool's threads inherit its blocked SIGINT).
-            InterruptWatcher watcher;
-            // One pool for the session and a draft model's session (they run in turn).
-            auto pool = MakeThreadPool(so->n_threads);
-            if (!pool.ok()) return ReportUsageError(pool.status().message());
-            so->pool = *pool;
-            auto model = LoadModel(flags->model, flags->engine);
-            if (!model.ok()) return ReportError(model.status());
-            auto tmpl = ModelTemplate(**model);
-            if (!tmpl.ok()) return ReportError(tmpl.status());
-            // No --spec: auto when the package holds a block drafter (it pays or is left idle).
-            if (request->spec.empty() && HasPackagedDrafter(**model)) {
-              request->spec = "auto";
-              options->spec_auto = true;
+                    "pocket chat -m model.pocket --lora task.pocket   (then /lora other.pocket "
+                    "or /lora off between turns)"});
+  return {
+      app, [=]() -> int {
+        auto options = flags->Options();
+        if (!options.ok()) return ReportUsageError(options.status().message());
+        auto request = flags->Request();
+        if (!request.ok()) return ReportUsageError(request.status().message());
+        auto so = flags->engine.Session();
+        if (!so.ok()) return ReportUsageError(so.status().message());
+        // Ctrl-C: stop the reply being generated; while loading or at the prompt, exit. Made
+        // before any thread (the pool's threads inherit its blocked SIGINT).
+        InterruptWatcher watcher;
+        // One pool for the session and a draft model's session (they run in turn).
+        auto pool = MakeThreadPool(so->n_threads);
+        if (!pool.ok()) return ReportUsageError(pool.status().message());
+        so->pool = *pool;
+        auto model = LoadModel(flags->model, flags->engine);
+        if (!model.ok()) return ReportError(model.status());
+        auto tmpl = ModelTemplate(**model);
+        if (!tmpl.ok()) return ReportError(tmpl.status());
+        // No --spec: auto when the package holds a block drafter (it pays or is left idle).
+        if (request->spec.empty() && HasPackagedDrafter(**model)) {
+          request->spec = "auto";
+          options->spec_auto = true;
+        }
+        // --spec: the drafter lives as long as the chat (options point to it).
+        auto drafter = MakeDrafter(*request, **model, *so);
+        if (!drafter.ok()) return ReportError(drafter.status());
+        options->drafter = drafter->get();
+        auto session = Session::Create(*model, *so);
+        if (!session.ok()) return ReportError(session.status());
+        Session& s = **session;
+        if (Status a = ApplyAdapters(s, **model, flags->engine); !a.ok()) return ReportError(a);
+        // Adapters loaded so far (--lora, then /lora), by path: a switch back reuses them.
+        std::map<std::string, std::shared_ptr<const LoraAdapter>> loaded;
+        for (const AdapterUse& u : s.adapters()) loaded.emplace(u.adapter->path(), u.adapter);
+        const Tokenizer& tok = *(*model)->tokenizer();
+        std::vector<ChatMessage> messages;
+        if (!flags->system.empty()) messages.push_back({"system", flags->system});
+        const size_t n_fixed = messages.size();
+        ChatOptions co;
+        co.enable_thinking = !flags->no_think;
+        const size_t n_ctx = static_cast<size_t>(s.n_ctx());
+        // Room kept for the reply when old turns are dropped.
+        const size_t reserve = flags->n_predict < 0
+                                   ? n_ctx / 4
+                                   : std::min(static_cast<size_t>(flags->n_predict), n_ctx / 2);
+        std::string line;
+        while (true) {
+          std::fprintf(stderr, "> ");
+          if (!std::getline(std::cin, line) || line == "/exit") break;
+          if (line == "/reset") {
+            messages.resize(n_fixed);
+            s.Reset();
+            std::fprintf(stderr, "pocket: conversation cleared%s\n",
+                         n_fixed > 0 ? " (the system message stays)" : "");
+            continue;
+          }
+          if (line == "/lora" || line.rfind("/lora ", 0) == 0) {
+            // A switch that fails (a missing file, an adapter for another base) keeps the set.
+            if (Status a = SwitchAdapters(std::string_view(line).substr(5), **model, s, &loaded);
+                !a.ok()) {
+              ReportError(a);
             }
-            // --spec: the drafter lives as long as the chat (options point to it).
-            auto drafter = MakeDrafter(*request, **model, *so);
-            if (!drafter.ok()) return ReportError(drafter.status());
-            options->drafter = drafter->get();
-            auto session = Session::Create(*model, *so);
-            if (!session.ok()) return ReportError(session.status());
-            Session& s = **session;
-            if (Status a = ApplyAdapters(s, **model, flags->engine); !a.ok()) return ReportError(a);
-            const Tokenizer& tok = *(*model)->tokenizer();
-            std::vector<ChatMessage> messages;
-            if (!flags->system.empty()) messages.push_back({"system", flags->system});
-            const size_t n_fixed = messages.size();
-            ChatOptions co;
-            co.enable_thinking = !flags->no_think;
-            const size_t n_ctx = static_cast<size_t>(s.n_ctx());
-            // Room kept for the reply when old turns are dropped.
-            const size_t reserve = flags->n_predict < 0
-                                       ? n_ctx / 4
-                                       : std::min(static_cast<size_t>(flags->n_predict), n_ctx / 2);
-            std::string line;
-            while (true) {
-              std::fprintf(stderr, "> ");
-              if (!std::getline(std::cin, line) || line == "/exit") break;
-              if (line == "/reset") {
-                messages.resize(n_fixed);
-                s.Reset();
-                std::fprintf(stderr, "pocket: conversation cleared%s\n",
-                             n_fixed > 0 ? " (the system message stays)" : "");
-                continue;
-              }
-              if (line.empty()) continue;
-              messages.push_back({"user", line});
-              size_t n_dropped = 0;
-              auto formatted =
-                  FitContext(*tmpl, co, tok, n_fixed, n_ctx, reserve, &messages, &n_dropped);
-              if (!formatted.ok()) {
-                // This message cannot be answered; the conversation goes on without it.
-                messages.pop_back();
-                ReportError(formatted.status());
-                continue;
-              }
-              if (n_dropped > 0) {
-                std::fprintf(stderr,
-                             "pocket: dropped the %zu oldest message%s to fit the context of %zu "
-                             "tokens\n",
-                             n_dropped, n_dropped == 1 ? "" : "s", n_ctx);
-              }
-              watcher.Cancel(&s);
-              auto result = s.Generate(std::string_view(*formatted), *options, PrintPiece);
-              watcher.Exit();
-              if (!result.ok()) {
-                messages.pop_back();
-                ReportError(result.status());
-                continue;
-              }
-              std::fputc('\n', stdout);
-              std::fflush(stdout);
-              if (result->stop_reason == StopReason::kCancelled) {
-                std::fprintf(stderr, "pocket: reply stopped (Ctrl-C at the prompt exits)\n");
-              }
-              if (flags->engine.verbose) PrintStats(*result);
-              messages.push_back({"assistant", result->text});
-            }
-            return 0;
-          }};
+            continue;
+          }
+          if (line.empty()) continue;
+          messages.push_back({"user", line});
+          size_t n_dropped = 0;
+          auto formatted =
+              FitContext(*tmpl, co, tok, n_fixed, n_ctx, reserve, &messages, &n_dropped);
+          if (!formatted.ok()) {
+            // This message cannot be answered; the conversation goes on without it.
+            messages.pop_back();
+            ReportError(formatted.status());
+            continue;
+          }
+          if (n_dropped > 0) {
+            std::fprintf(stderr,
+                         "pocket: dropped the %zu oldest message%s to fit the context of %zu "
+                         "tokens\n",
+                         n_dropped, n_dropped == 1 ? "" : "s", n_ctx);
+          }
+          watcher.Cancel(&s);
+          auto result = s.Generate(std::string_view(*formatted), *options, PrintPiece);
+          watcher.Exit();
+          if (!result.ok()) {
+            messages.pop_back();
+            ReportError(result.status());
+            continue;
+          }
+          std::fputc('\n', stdout);
+          std::fflush(stdout);
+          if (result->stop_reason == StopReason::kCancelled) {
+            std::fprintf(stderr, "pocket: reply stopped (Ctrl-C at the prompt exits)\n");
+          }
+          if (flags->engine.verbose) PrintStats(*result);
+          messages.push_back({"assistant", result->text});
+        }
+        return 0;
+      }};
 }
 
 }  // namespace pocket::cli

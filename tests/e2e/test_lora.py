@@ -27,8 +27,10 @@ import unittest
 
 import numpy as np
 
-from harness import (STORIES, STORIES_TOK, ids_arg, load_npy, main_unittest, make_model, pocket,
-                     reference, work_path)
+import subprocess
+
+from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, ids_arg, load_npy,
+                     main_unittest, make_model, pocket, reference, work_path)
 
 N_PREFILL = 48
 N_DECODE = 12
@@ -300,6 +302,34 @@ class Package(unittest.TestCase):
                    check=False)
         self.assertNotEqual(r.returncode, 0)
 
+
+    def test_chat_switches_adapters_between_turns(self):
+        """`/lora` in `pocket chat` switches the set for the next turns: a chat started with
+        --lora answers as one that switches to the adapter before its first turn, and after
+        `/reset` and `/lora off` as a chat without adapters; a switch that fails keeps the set."""
+        model = make_model("lora-chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        adapter = make_adapter("lora-chat-r8", model, "--rank", "8", "--init", "0.5", "--seed",
+                               "12")
+
+        def chat(lines, *flags):
+            p = subprocess.run([POCKET, "chat", "-m", model, "-n", "6", "--temp", "0", *flags],
+                               input="".join(l + "\n" for l in lines), capture_output=True,
+                               text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p
+
+        q = "hello there"
+        x = chat([q, "/reset", "/lora off", q], "--lora", adapter)
+        y = chat(["/lora " + adapter, q, "/reset", "/lora off", q])
+        bare = chat([q])
+        self.assertEqual(x.stdout, y.stdout)
+        self.assertTrue(x.stdout.endswith(bare.stdout), (x.stdout, bare.stdout))
+        self.assertNotEqual(x.stdout, bare.stdout * 2, "the adapter changes no token")
+        # /lora shows the set; a missing file is an error naming it and the set stays.
+        z = chat(["/lora " + adapter + ":0.5", "/lora " + work_path("no-such-adapter"), "/lora"])
+        self.assertIn("no-such-adapter", z.stderr)
+        self.assertEqual(z.stderr.count("adapters: "), 2, z.stderr)
+        self.assertIn(":0.5", z.stderr.split("no-such-adapter")[-1])
 
     def test_a_task_is_an_adapter_and_a_head(self):
         """A classification head rides in the adapter package: `score --lora task.pocket` ranks
