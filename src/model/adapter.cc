@@ -174,6 +174,8 @@ Status LoraAdapter::BindPairs(
     const std::string& weights_path, bool owns_mapping, bool hf_order,
     const std::function<StatusOr<float>(int32_t, LoraTarget, int64_t, const TensorInfo*)>&
         scale_of) {
+  const uint8_t* mapped_begin = reinterpret_cast<const uint8_t*>(UINTPTR_MAX);
+  const uint8_t* mapped_end = nullptr;
   for (const auto& [key, ta] : as) {
     if (!bs.count(key)) {
       return InvalidArgumentError(weights_path, ": tensor ", ta->name,
@@ -218,6 +220,24 @@ Status LoraAdapter::BindPairs(
     POCKET_ASSIGN_OR_RETURN(const float scale, scale_of(layer, target, rank, ta));
     LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
     p.a = MatrixView(*ta);
+    if (owns_mapping) {
+      // A copied out of the mapping as well (as stored), so that no page of the file stays
+      // resident once bound: the pages around each tensor would otherwise come back with the
+      // kernel's fault-around whenever a neighbouring A is read.
+      const size_t a_bytes = p.a.row_bytes * static_cast<size_t>(p.a.rows);
+      std::unique_ptr<uint8_t[]> a_copy(new (std::nothrow) uint8_t[a_bytes]);
+      if (a_copy == nullptr) {
+        return ResourceExhaustedError("cannot allocate ", a_bytes, " bytes for ", ta->name);
+      }
+      std::memcpy(a_copy.get(), p.a.data, a_bytes);
+      ReleaseMappedPages(ta->data, ta->n_bytes);
+      p.a.data = a_copy.get();
+      a->owned_.push_back(std::move(a_copy));
+      mapped_begin = std::min(mapped_begin, ta->data);
+      mapped_end = std::max(mapped_end, ta->data + ta->n_bytes);
+      mapped_begin = std::min(mapped_begin, tb->data);
+      mapped_end = std::max(mapped_end, tb->data + tb->n_bytes);
+    }
     // B transposed, in bf16 when stored so, else in f32; the mapped pages of B are released.
     const WeightMatrix b = MatrixView(*tb);
     const DType bt_type = b.type == DType::kBF16 ? DType::kBF16 : DType::kF32;
@@ -251,6 +271,10 @@ Status LoraAdapter::BindPairs(
     a->max_rank_ = std::max(a->max_rank_, p.rank);
     ++a->n_pairs_;
     a->bytes_ += ta->n_bytes + tb->n_bytes;
+  }
+  // Every factor now lives in the adapter's own memory: the file's data pages can all go.
+  if (owns_mapping && mapped_begin < mapped_end) {
+    ReleaseMappedPages(mapped_begin, static_cast<size_t>(mapped_end - mapped_begin));
   }
   return Status::Ok();
 }
