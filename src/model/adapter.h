@@ -6,11 +6,11 @@
 // base: the Q/K/V and gate/up matrices get the terms of their parts.
 //
 // Formats: a PEFT directory (adapter_config.json + adapter_model.safetensors), llama.cpp's
-// LoRA GGUF (general.type "adapter"), factors in f32, f16 or bf16, A used in place from the
-// mapping; and pocket's adapter package (WriteAdapterPackage: A and B transposed, f32, f16, bf16
-// or Q8_0, both used in place, checked against the base's fingerprint). Unsupported variants
-// (DoRA, trained biases, embedding or output-matrix adapters, modules_to_save) are errors that
-// name the field or tensor.
+// LoRA GGUF (general.type "adapter"), factors in f32, f16 or bf16, copied out of the mapping at
+// load (A as stored, B transposed; the file's pages released); and pocket's adapter package
+// (WriteAdapterPackage: A and B transposed, f32, f16, bf16 or Q8_0, both used in place, checked
+// against the base's fingerprint). Unsupported variants (DoRA, trained biases, embedding or
+// output-matrix adapters, modules_to_save) are errors that name the field or tensor.
 #pragma once
 
 #include <array>
