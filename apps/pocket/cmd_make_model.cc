@@ -228,7 +228,9 @@ Command AddMakeAdapterCommand(CLI::App& root) {
   app->add_option("--rank", f->rank, "rank r of every factor pair")->capture_default_str();
   app->add_option("--alpha", f->alpha, "lora_alpha (default: 2 x rank)");
   app->add_flag("--rslora", f->rslora, "rank-stabilized scaling: alpha / sqrt(r) (use_rslora)");
-  app->add_option("--targets", f->targets, "projections to adapt: q,k,v,o,gate,up,down")
+  app->add_option("--targets", f->targets,
+                  "matrices to adapt: q,k,v,o,gate,up,down (every layer), embed (the token "
+                  "embedding), lm_head (the output matrix)")
       ->capture_default_str();
   app->add_option("--layer-rank", f->layer_ranks,
                   "LAYER:RANK, another rank for one layer (written as rank_pattern; repeatable)")
@@ -239,8 +241,8 @@ Command AddMakeAdapterCommand(CLI::App& root) {
   app->add_option("--seed", f->seed, "random seed")->capture_default_str();
   app->add_option("-o,--output", f->out, "output directory (created)")->required();
   SetExamples(app, {"pocket make-adapter -m model.pocket --rank 16 -o task-lora",
-                    "pocket make-adapter -m model.gguf --rank 8 --targets q,v --rslora --seed 3 -o "
-                    "qv-lora",
+                    "pocket make-adapter -m model.gguf --rank 8 --targets q,v,embed,lm_head "
+                    "--rslora --seed 3 -o vocab-lora",
                     "pocket make-adapter -m model.gguf --rank 4 --layer-rank 0:8 --type bf16 -o "
                     "mixed-lora"});
   return {app, [=]() -> int {
@@ -260,8 +262,9 @@ Command AddMakeAdapterCommand(CLI::App& root) {
             for (const std::string& name : SplitString(f->targets, ',')) {
               LoraTarget t{};
               if (!ParseLoraTarget(name, &t)) {
-                return ReportUsageError(StrCat("--targets: unknown projection ", QuoteBytes(name),
-                                               " (expected q, k, v, o, gate, up, down)"));
+                return ReportUsageError(
+                    StrCat("--targets: unknown projection ", QuoteBytes(name),
+                           " (expected q, k, v, o, gate, up, down, embed, lm_head)"));
               }
               o.targets.push_back(t);
             }

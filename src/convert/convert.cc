@@ -183,14 +183,27 @@ struct MergeFactors {
     float scale = 0.0f;
   };
   std::vector<std::array<std::vector<Term>, kLoraTargets>> layers;
+  std::array<std::vector<Term>, kLoraAllTargets - kLoraTargets> globals;  // embedding, output
+
+  const std::vector<Term>& Terms(int32_t layer, LoraTarget t) const {
+    if (!IsLayerTarget(t)) return globals[static_cast<size_t>(t) - kLoraTargets];
+    return layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+  }
+  std::vector<Term>& Terms(int32_t layer, LoraTarget t) {
+    if (!IsLayerTarget(t)) return globals[static_cast<size_t>(t) - kLoraTargets];
+    return layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+  }
 
   static MergeFactors From(const AdapterSet& set, int32_t n_layers) {
     MergeFactors m;
     m.layers.resize(static_cast<size_t>(n_layers));
     for (const AdapterUse& use : set) {
-      for (int32_t l = 0; l < use.adapter->n_layers() && l < n_layers; ++l) {
-        for (int t = 0; t < kLoraTargets; ++t) {
-          const LoraPair& p = use.adapter->pair(l, static_cast<LoraTarget>(t));
+      for (int32_t l = -1; l < use.adapter->n_layers() && l < n_layers; ++l) {
+        // Layer -1: the embedding and the output matrix.
+        const int t_begin = l < 0 ? kLoraTargets : 0,
+                  t_end = l < 0 ? kLoraAllTargets : kLoraTargets;
+        for (int t = t_begin; t < t_end; ++t) {
+          const LoraPair& p = use.adapter->pair(std::max(l, 0), static_cast<LoraTarget>(t));
           if (!p.present()) continue;
           Term term;
           term.rank = p.rank;
@@ -204,7 +217,7 @@ struct MergeFactors {
             DequantizeRow(p.bt.type, p.bt.row(k), &term.bt[static_cast<size_t>(k * term.out)],
                           term.out);
           }
-          m.layers[static_cast<size_t>(l)][static_cast<size_t>(t)].push_back(std::move(term));
+          m.Terms(std::max(l, 0), static_cast<LoraTarget>(t)).push_back(std::move(term));
         }
       }
     }
@@ -212,12 +225,12 @@ struct MergeFactors {
   }
 
   bool Has(int32_t layer, LoraTarget t) const {
-    return !layers.empty() && !layers[static_cast<size_t>(layer)][static_cast<size_t>(t)].empty();
+    return !layers.empty() && !Terms(layer, t).empty();
   }
 
   // Adds the terms of (layer, t) to `row` (the base's row `r` of that target), in double.
   void AddRow(int32_t layer, LoraTarget t, int64_t r, float* row) const {
-    const std::vector<Term>& terms = layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+    const std::vector<Term>& terms = Terms(layer, t);
     if (terms.empty()) return;
     const int64_t in = terms[0].in;
     std::vector<double> sum(static_cast<size_t>(in), 0.0);
@@ -230,6 +243,26 @@ struct MergeFactors {
       }
     }
     for (int64_t i = 0; i < in; ++i) {
+      row[i] = static_cast<float>(static_cast<double>(row[i]) + sum[static_cast<size_t>(i)]);
+    }
+  }
+
+  // The embedding's row of token r: + sum over the terms of scale * sum_k a[k][r] * bt[k][:]
+  // (B·A is [d_model, vocab]: the embedding holds its transpose), in double.
+  void AddEmbedRow(int64_t r, float* row) const {
+    const std::vector<Term>& terms = Terms(0, LoraTarget::kEmbed);
+    if (terms.empty()) return;
+    const int64_t d = terms[0].out;
+    std::vector<double> sum(static_cast<size_t>(d), 0.0);
+    for (const Term& term : terms) {
+      for (int32_t k = 0; k < term.rank; ++k) {
+        const double c =
+            static_cast<double>(term.scale) * term.a[static_cast<size_t>(k * term.in + r)];
+        const float* bt = &term.bt[static_cast<size_t>(k * term.out)];
+        for (int64_t i = 0; i < d; ++i) sum[static_cast<size_t>(i)] += c * bt[i];
+      }
+    }
+    for (int64_t i = 0; i < d; ++i) {
       row[i] = static_cast<float>(static_cast<double>(row[i]) + sum[static_cast<size_t>(i)]);
     }
   }
@@ -525,7 +558,7 @@ StatusOr<ConvertGroupReport> AddDrafter(PocketWriter& w, const DFlashDrafter& dr
 
 std::string MetadataJson(const Model& model, const ConvertOptions& o, const std::string& input,
                          const ClassifierHead& head, const DFlashDrafter* drafter,
-                         const std::vector<std::pair<std::string, float>>& merged) {
+                         const std::vector<std::pair<std::string, float>>& merged, bool untie) {
   const ModelConfig& c = model.config();
   nlohmann::json j;
   j["format"] = "pocket";
@@ -543,7 +576,7 @@ std::string MetadataJson(const Model& model, const ConvertOptions& o, const std:
   j["rms_eps"] = c.rms_eps;
   j["qk_norm"] = c.qk_norm;
   j["qkv_bias"] = c.qkv_bias;
-  j["tied_output"] = c.tied_output;
+  j["tied_output"] = c.tied_output && !untie;
   // -1 when absent (docs/format.md), also for a model without a tokenizer.
   const Tokenizer* t = model.tokenizer();
   j["bos_token_id"] = t != nullptr ? t->spec().bos_id : -1;
@@ -669,10 +702,16 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     merge_set.push_back({std::move(adapter), scale});
   }
   const MergeFactors merged = MergeFactors::From(merge_set, c.n_layers);
+  // An adapter of the embedding or the output matrix of a tied model: the merged package holds
+  // the two matrices apart, each with its own term.
+  const bool merge_embed = merged.Has(0, LoraTarget::kEmbed);
+  const bool merge_output = merged.Has(0, LoraTarget::kOutput);
+  const bool tied = c.tied_output && !merge_embed && !merge_output;
   ThreadPool pool(n_threads);
   Converter conv(options, pool);
   PocketWriter writer;
-  writer.SetMetadataJson(MetadataJson(*model, options, input, head, drafter.get(), merge));
+  writer.SetMetadataJson(
+      MetadataJson(*model, options, input, head, drafter.get(), merge, c.tied_output && !tied));
   if (const Tokenizer* tok = model->tokenizer()) {
     POCKET_ASSIGN_OR_RETURN(std::string bytes, SerializeTokenizer(*tok));
     writer.AddSection("tokenizer", std::move(bytes));
@@ -687,13 +726,20 @@ StatusOr<ConvertReport> ConvertModel(const std::string& input, const std::string
     });
   };
   // The embedding (and, when tied, the output): the output's encoding when tied.
+  RowAdd embed_add, output_add;
+  if (merge_embed) embed_add = [&merged](int64_t r, float* row) { merged.AddEmbedRow(r, row); };
+  if (merge_output) {
+    output_add = [&merged](int64_t r, float* row) {
+      merged.AddRow(0, LoraTarget::kOutput, r, row);
+    };
+  }
   POCKET_RETURN_IF_ERROR(conv.AddMatrix(writer, "token_embd.weight", {{&w.token_embd}},
-                                        c.tied_output ? out_enc : emb,
-                                        c.tied_output ? "output" : "embedding"));
+                                        tied ? out_enc : emb, tied ? "output" : "embedding",
+                                        embed_add));
   POCKET_RETURN_IF_ERROR(vector("output_norm.weight", w.output_norm, d));
-  if (!c.tied_output) {
+  if (!tied) {
     POCKET_RETURN_IF_ERROR(
-        conv.AddMatrix(writer, "output.weight", {{&w.output}}, out_enc, "output"));
+        conv.AddMatrix(writer, "output.weight", {{&w.output}}, out_enc, "output", output_add));
   }
   // Fused matrices (Q/K/V, gate/up) must be packed (model/weights.cc): only when the kernels'
   // packed layout holds a row of d_model columns at some group.

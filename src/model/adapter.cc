@@ -25,11 +25,15 @@
 namespace pocket {
 namespace {
 
-constexpr std::array<std::string_view, kLoraTargets> kNames = {"q",    "k",  "v",   "o",
-                                                               "gate", "up", "down"};
-constexpr std::array<std::string_view, kLoraTargets> kModules = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+constexpr std::array<std::string_view, kLoraAllTargets> kNames = {
+    "q", "k", "v", "o", "gate", "up", "down", "embed", "lm_head"};
+constexpr std::array<std::string_view, kLoraAllTargets> kModules = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+    "mlp.up_proj",      "mlp.down_proj",    "embed_tokens",     "lm_head"};
+// llama.cpp's tensor names of the targets.
+constexpr std::array<std::string_view, kLoraAllTargets> kGgufNames = {
+    "attn_q", "attn_k",   "attn_v",     "attn_output", "ffn_gate",
+    "ffn_up", "ffn_down", "token_embd", "output"};
 
 // [out, in] of a target's base matrix.
 std::pair<int64_t, int64_t> TargetShape(const ModelConfig& c, LoraTarget t) {
@@ -46,6 +50,10 @@ std::pair<int64_t, int64_t> TargetShape(const ModelConfig& c, LoraTarget t) {
       return {c.d_ff, c.d_model};
     case LoraTarget::kDown:
       return {c.d_model, c.d_ff};
+    case LoraTarget::kEmbed:  // B·A[:, token]: A takes a one-hot of the vocabulary
+      return {c.d_model, c.vocab_size};
+    case LoraTarget::kOutput:
+      return {c.vocab_size, c.d_model};
   }
   return {0, 0};
 }
@@ -73,12 +81,31 @@ bool PatternValue(const ConfigValue* pattern, const std::string& module, double*
 
 // Parses "base_model.model.model.layers.N.<module>.lora_{A,B}.weight": layer, target, which.
 // Returns false for names of another shape.
+// The embedding's "model.embed_tokens.lora_embedding_{A,B}" (PEFT saves them without
+// ".weight") and the output matrix's "lm_head.lora_{A,B}.weight" give layer -1.
 bool ParsePeftName(std::string_view name, int32_t* layer, LoraTarget* target, bool* is_a) {
   for (std::string_view prefix : {"base_model.model.", "base_model."}) {
     if (StartsWith(name, prefix)) {
       name.remove_prefix(prefix.size());
       break;
     }
+  }
+  for (std::string_view embed :
+       {"model.embed_tokens.lora_embedding_", "embed_tokens.lora_embedding_"}) {
+    if (!StartsWith(name, embed)) continue;
+    std::string_view rest = name.substr(embed.size());
+    if (EndsWith(rest, ".weight")) rest.remove_suffix(7);
+    if (rest != "A" && rest != "B") return false;
+    *layer = -1;
+    *target = LoraTarget::kEmbed;
+    *is_a = rest == "A";
+    return true;
+  }
+  if (name == "lm_head.lora_A.weight" || name == "lm_head.lora_B.weight") {
+    *layer = -1;
+    *target = LoraTarget::kOutput;
+    *is_a = name == "lm_head.lora_A.weight";
+    return true;
   }
   constexpr std::string_view kLayers = "model.layers.";
   if (!StartsWith(name, kLayers)) return false;
@@ -102,10 +129,18 @@ bool ParsePeftName(std::string_view name, int32_t* layer, LoraTarget* target, bo
   return false;
 }
 
-// Parses llama.cpp's "blk.N.<name>.weight.lora_a" / ".lora_b": layer, target, which.
+// Parses llama.cpp's "blk.N.<name>.weight.lora_a" / ".lora_b": layer, target, which; and
+// "token_embd.weight.lora_a" / "output.weight.lora_a" (layer -1).
 bool ParseGgufLoraName(std::string_view name, int32_t* layer, int* target, bool* is_a) {
-  static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
-      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  for (int k = kLoraTargets; k < kLoraAllTargets; ++k) {
+    const std::string prefix = std::string(kGgufNames[static_cast<size_t>(k)]) + ".weight.";
+    if (name == prefix + "lora_a" || name == prefix + "lora_b") {
+      *layer = -1;
+      *target = k;
+      *is_a = EndsWith(name, "lora_a");
+      return true;
+    }
+  }
   if (!StartsWith(name, "blk.")) return false;
   name.remove_prefix(4);
   const size_t dot = name.find('.');
@@ -144,11 +179,17 @@ std::string_view LoraTargetName(LoraTarget t) {
 std::string_view LoraTargetModule(LoraTarget t) {
   return kModules[static_cast<size_t>(t)];
 }
+std::string LoraModulePath(int32_t layer, LoraTarget t) {
+  if (t == LoraTarget::kEmbed) return "model.embed_tokens";
+  if (t == LoraTarget::kOutput) return "lm_head";
+  return StrCat("model.layers.", layer, ".", LoraTargetModule(t));
+}
 bool ParseLoraTarget(std::string_view name, LoraTarget* out) {
-  for (int t = 0; t < kLoraTargets; ++t) {
+  for (int t = 0; t < kLoraAllTargets; ++t) {
     const std::string_view module = kModules[static_cast<size_t>(t)];
+    const size_t dot = module.find('.');
     if (name == kNames[static_cast<size_t>(t)] || name == module ||
-        name == module.substr(module.find('.') + 1)) {
+        (dot != std::string_view::npos && name == module.substr(dot + 1))) {
       *out = static_cast<LoraTarget>(t);
       return true;
     }
@@ -158,9 +199,11 @@ bool ParseLoraTarget(std::string_view name, LoraTarget* out) {
 
 std::string LoraAdapter::targets() const {
   std::string out;
-  for (int t = 0; t < kLoraTargets; ++t) {
-    bool any = false;
-    for (const auto& layer : layers_) any |= layer[static_cast<size_t>(t)].present();
+  for (int t = 0; t < kLoraAllTargets; ++t) {
+    bool any = !IsLayerTarget(static_cast<LoraTarget>(t)) &&
+               globals_[static_cast<size_t>(t) - kLoraTargets].present();
+    for (const auto& layer : layers_)
+      any |= IsLayerTarget(static_cast<LoraTarget>(t)) && layer[static_cast<size_t>(t)].present();
     if (!any) continue;
     if (!out.empty()) out += ",";
     out += kNames[static_cast<size_t>(t)];
@@ -192,11 +235,14 @@ Status LoraAdapter::BindPairs(
     const auto [layer, ti] = key;
     const LoraTarget target = static_cast<LoraTarget>(ti);
     const auto [out, in] = TargetShape(c, target);
-    const int64_t rank = ta->shape[0];
-    if (ta->shape[1] != in || rank <= 0) {
+    // llama.cpp stores the embedding's A transposed, [vocab, rank] (rows looked up by token).
+    const bool a_transposed = !hf_order && target == LoraTarget::kEmbed;
+    const int64_t rank = ta->shape[a_transposed ? 1 : 0];
+    if (ta->shape[a_transposed ? 0 : 1] != in || rank <= 0) {
       return InvalidArgumentError(weights_path, ": tensor ", ta->name, " has shape ",
                                   ShapeString(ta->shape), "; the base's ", LoraTargetModule(target),
-                                  " takes ", in, " inputs, so lora_A must be [rank, ", in, "]");
+                                  " takes ", in, " inputs, so lora_A must be [",
+                                  a_transposed ? StrCat(in, ", rank") : StrCat("rank, ", in), "]");
     }
     if (tb->shape[0] != out || tb->shape[1] != rank) {
       return InvalidArgumentError(weights_path, ": tensor ", tb->name, " has shape ",
@@ -218,9 +264,29 @@ Status LoraAdapter::BindPairs(
           " RoPE; load the base in the adapter's format, or adapt other projections");
     }
     POCKET_ASSIGN_OR_RETURN(const float scale, scale_of(layer, target, rank, ta));
-    LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
+    LoraPair& p = a->mutable_pair(layer, target);
     p.a = MatrixView(*ta);
-    if (owns_mapping) {
+    if (a_transposed) {  // back to [rank, vocab], in the stored type (f32, f16 or bf16)
+      const size_t esize = p.a.row_bytes / static_cast<size_t>(p.a.cols);
+      std::unique_ptr<uint8_t[]> at(new (std::nothrow)
+                                        uint8_t[static_cast<size_t>(in * rank) * esize]);
+      if (at == nullptr) {
+        return ResourceExhaustedError("cannot allocate ", in * rank * esize, " bytes for ",
+                                      ta->name);
+      }
+      for (int64_t t = 0; t < in; ++t) {
+        for (int64_t k = 0; k < rank; ++k) {
+          std::memcpy(at.get() + static_cast<size_t>(k * in + t) * esize,
+                      p.a.data + static_cast<size_t>(t * rank + k) * esize, esize);
+        }
+      }
+      if (owns_mapping) ReleaseMappedPages(ta->data, ta->n_bytes);
+      p.a.rows = rank;
+      p.a.cols = in;
+      p.a.row_bytes = static_cast<size_t>(in) * esize;
+      p.a.data = at.get();
+      a->owned_.push_back(std::move(at));
+    } else if (owns_mapping) {
       // A copied out of the mapping as well (as stored), so that no page of the file stays
       // resident once bound: the pages around each tensor would otherwise come back with the
       // kernel's fault-around whenever a neighbouring A is read.
@@ -337,6 +403,14 @@ std::vector<std::pair<std::string, int64_t>> AdapterShapeKeys(const ModelConfig&
 }
 
 constexpr std::string_view kScalesTensor = "lora.scales";
+// The embedding's and the output matrix's scales, f32 [2] (only when the adapter has either).
+constexpr std::string_view kGlobalScalesTensor = "lora.global_scales";
+
+// A layer index of the target: 0 to n_layers - 1 for the layers' projections, -1 for the
+// embedding and the output matrix.
+bool LayerFits(int32_t layer, int target, int32_t n_layers) {
+  return target >= kLoraTargets ? layer == -1 : layer >= 0 && layer < n_layers;
+}
 
 }  // namespace
 
@@ -383,11 +457,16 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
   a->format_ = "pocket";
   a->layers_.resize(static_cast<size_t>(c.n_layers));
   const TensorInfo* scales = nullptr;
+  const TensorInfo* global_scales = nullptr;
   std::map<std::pair<int32_t, int>, const TensorInfo*> as, bts;
   const TensorInfo* head = nullptr;
   for (const TensorInfo& t : file->tensors()) {
     if (t.name == kScalesTensor) {
       scales = &t;
+      continue;
+    }
+    if (t.name == kGlobalScalesTensor) {
+      global_scales = &t;
       continue;
     }
     if (t.name == kClassifierTensor) {
@@ -403,9 +482,10 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
     if (!ParseGgufLoraName(name, &layer, &target, &is_a) || (!is_a && !is_bt)) {
       return InvalidArgumentError(path, ": tensor ", t.name,
                                   " is not a factor of an adapter package (blk.N.<name>.weight."
-                                  "lora_a / lora_bt)");
+                                  "lora_a / lora_bt, token_embd or output.weight.lora_a / "
+                                  "lora_bt)");
     }
-    if (layer < 0 || layer >= c.n_layers) {
+    if (!LayerFits(layer, target, c.n_layers)) {
       return InvalidArgumentError(path, ": tensor ", t.name, " is for layer ", layer,
                                   " but the base model has ", c.n_layers, " layers");
     }
@@ -428,6 +508,11 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
       scales->n_bytes != static_cast<size_t>(c.n_layers) * kLoraTargets * 4) {
     return InvalidArgumentError(path, ": tensor ", kScalesTensor, " is ",
                                 scales ? "not f32 [n_layers, 7]" : "missing");
+  }
+  if (global_scales != nullptr &&
+      (global_scales->type != DType::kF32 || global_scales->shape.size() != 1 ||
+       global_scales->shape[0] != kLoraAllTargets - kLoraTargets || global_scales->n_bytes != 8)) {
+    return InvalidArgumentError(path, ": tensor ", kGlobalScalesTensor, " is not f32 [2]");
   }
   if (as.empty()) return InvalidArgumentError(path, ": no LoRA factors");
   for (const auto& [key, tb] : bts) {
@@ -457,12 +542,20 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
                                   "]");
     }
     float scale;
-    std::memcpy(&scale, scales->data + (static_cast<size_t>(layer) * kLoraTargets + ti) * 4, 4);
+    if (!IsLayerTarget(target)) {
+      if (global_scales == nullptr) {
+        return InvalidArgumentError(path, ": tensor ", ta->name, " has no scale (no tensor ",
+                                    kGlobalScalesTensor, ")");
+      }
+      std::memcpy(&scale, global_scales->data + static_cast<size_t>(ti - kLoraTargets) * 4, 4);
+    } else {
+      std::memcpy(&scale, scales->data + (static_cast<size_t>(layer) * kLoraTargets + ti) * 4, 4);
+    }
     if (!std::isfinite(scale)) {
       return InvalidArgumentError(path, ": tensor ", kScalesTensor, " holds ", scale, " for ",
                                   ta->name);
     }
-    LoraPair& p = a->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)];
+    LoraPair& p = a->mutable_pair(layer, target);
     p.a = MatrixView(*ta);
     p.bt = MatrixView(*tb);
     p.rank = static_cast<int32_t>(rank);
@@ -573,8 +666,6 @@ StatusOr<AdapterPackageReport> WriteAdapterPackage(const LoraAdapter& adapter, c
                                               return Status::Ok();
                                             }));
   }
-  static constexpr std::array<std::string_view, kLoraTargets> kGgufNames = {
-      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   auto matrix = [&](const std::string& name, const WeightMatrix& m) -> Status {
     const DType t = m.cols % Traits(type).block_elems == 0 ? type : DType::kF16;
     if (t != type) ++report.f16_fallbacks;
@@ -607,6 +698,26 @@ StatusOr<AdapterPackageReport> WriteAdapterPackage(const LoraAdapter& adapter, c
                                             std::memcpy(dst, scales.data(), n);
                                             return Status::Ok();
                                           }));
+  std::array<float, kLoraAllTargets - kLoraTargets> global_scales{};
+  bool any_global = false;
+  for (int t = kLoraTargets; t < kLoraAllTargets; ++t) {
+    const LoraPair& p = adapter.pair(0, static_cast<LoraTarget>(t));
+    if (!p.present()) continue;
+    const std::string prefix = StrCat(kGgufNames[static_cast<size_t>(t)], ".weight.");
+    POCKET_RETURN_IF_ERROR(matrix(prefix + "lora_a", p.a));
+    POCKET_RETURN_IF_ERROR(matrix(prefix + "lora_bt", p.bt));
+    global_scales[static_cast<size_t>(t - kLoraTargets)] = p.scale;
+    any_global = true;
+    ++report.n_pairs;
+  }
+  if (any_global) {
+    POCKET_RETURN_IF_ERROR(w.AddDenseTensor(std::string(kGlobalScalesTensor), DType::kF32,
+                                            {kLoraAllTargets - kLoraTargets},
+                                            [&global_scales](uint8_t* dst, size_t n) {
+                                              std::memcpy(dst, global_scales.data(), n);
+                                              return Status::Ok();
+                                            }));
+  }
   POCKET_RETURN_IF_ERROR(w.Write(out, o.inputs));
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> written, MappedFile::Open(out));
   report.file_bytes = written->size();
@@ -661,13 +772,12 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromGguf(std::unique_p
     int32_t layer = -1;
     int target = -1;
     if (!ParseGgufLoraName(t.name, &layer, &target, &is_a)) {
-      std::string why = "is not a LoRA factor of a layer's attn_q/k/v/output or ffn_gate/up/down";
-      if (StartsWith(t.name, "token_embd") || StartsWith(t.name, "output")) {
-        why = "adapts the token embedding or the output matrix, which is not supported";
-      }
-      return InvalidArgumentError(path, ": tensor ", t.name, " ", why);
+      return InvalidArgumentError(
+          path, ": tensor ", t.name,
+          " is not a LoRA factor of a layer's attn_q/k/v/output or ffn_gate/up/down, of "
+          "token_embd or of output (blk.N.<name>.weight.lora_a / lora_b)");
     }
-    if (layer < 0 || layer >= c.n_layers) {
+    if (!LayerFits(layer, target, c.n_layers)) {
       return InvalidArgumentError(path, ": tensor ", t.name, " is for layer ", layer,
                                   " but the base model has ", c.n_layers, " layers");
     }
@@ -769,20 +879,17 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPeft(
     LoraTarget target{};
     bool is_a = false;
     if (!ParsePeftName(t.name, &layer, &target, &is_a)) {
-      std::string why = "is not a LoRA factor of a layer's q/k/v/o/gate/up/down projection";
+      std::string why =
+          "is not a LoRA factor of a layer's q/k/v/o/gate/up/down projection, of embed_tokens "
+          "(lora_embedding_A / B) or of lm_head";
       if (t.name.find("lora_magnitude_vector") != std::string::npos) {
         why = "is a DoRA magnitude vector: DoRA adapters are not supported";
-      } else if (t.name.find("lora_embedding") != std::string::npos ||
-                 t.name.find("embed_tokens") != std::string::npos) {
-        why = "adapts the token embedding, which is not supported";
-      } else if (t.name.find("lm_head") != std::string::npos) {
-        why = "adapts the output matrix (lm_head), which is not supported";
       } else if (EndsWith(t.name, ".bias")) {
         why = "is a trained bias, which is not supported";
       }
       return InvalidArgumentError(weights_path, ": tensor ", t.name, " ", why);
     }
-    if (layer < 0 || layer >= c.n_layers) {
+    if (!LayerFits(layer, static_cast<int>(target), c.n_layers)) {
       return InvalidArgumentError(weights_path, ": tensor ", t.name, " is for layer ", layer,
                                   " but the base model has ", c.n_layers, " layers");
     }
@@ -811,8 +918,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPeft(
   POCKET_RETURN_IF_ERROR(BindPairs(
       a.get(), as, bs, c, weights_path, owns_mapping, /*hf_order=*/true,
       [&](int32_t layer, LoraTarget target, int64_t rank, const TensorInfo* ta) -> StatusOr<float> {
-        const std::string module =
-            "model.layers." + std::to_string(layer) + "." + std::string(LoraTargetModule(target));
+        const std::string module = LoraModulePath(layer, target);
         double module_rank = static_cast<double>(r->i);
         PatternValue(rank_pattern, module, &module_rank);
         if (static_cast<double>(rank) != module_rank) {
@@ -853,6 +959,11 @@ int64_t AdapterMidFloats(const AdapterSet& set) {
       best = std::max(best, sum);
     }
   }
+  for (const LoraTarget t : {LoraTarget::kEmbed, LoraTarget::kOutput}) {
+    int64_t sum = 0;
+    for (const AdapterUse& u : set) sum += u.adapter->pair(0, t).rank;
+    best = std::max(best, sum);
+  }
   return best;
 }
 
@@ -885,37 +996,52 @@ Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string
   };
   SafetensorsWriter w;
   const size_t esize = o.type == DType::kF32 ? 4 : 2;
+  // Each tensor's stream is seeded from (seed, layer, target, A or B): independent of order.
+  auto write_pair = [&](int32_t layer, LoraTarget t, int32_t rank) -> Status {
+    const auto [out, in] = TargetShape(c, t);
+    std::string a_name, b_name;
+    if (t == LoraTarget::kEmbed) {  // nn.Embedding: PEFT's names, without ".weight"
+      a_name = "base_model.model.model.embed_tokens.lora_embedding_A";
+      b_name = "base_model.model.model.embed_tokens.lora_embedding_B";
+    } else {
+      const std::string base = "base_model.model." + LoraModulePath(layer, t);
+      a_name = base + ".lora_A.weight";
+      b_name = base + ".lora_B.weight";
+    }
+    for (const bool is_a : {true, false}) {
+      const int64_t rows = is_a ? rank : out, cols = is_a ? in : rank;
+      // The embedding's A multiplies a one-hot row: a bound of 1 keeps its term comparable.
+      const float a_bound =
+          t == LoraTarget::kEmbed ? 1.0f : 1.0f / std::sqrt(static_cast<float>(in));
+      const float bound = is_a ? a_bound : o.init / std::sqrt(float(rank));
+      const int64_t seed_layer = IsLayerTarget(t) ? layer : c.n_layers;
+      const uint64_t seed = o.seed * 1000003ull + static_cast<uint64_t>(seed_layer) * 64 +
+                            static_cast<uint64_t>(t) * 2 + (is_a ? 0 : 1);
+      auto fill = [rows, cols, bound, seed, esize, type = o.type](uint8_t* dst, size_t n) {
+        if (n != static_cast<size_t>(rows * cols) * esize) return InternalError("size");
+        Rng rng(seed);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float v = (2.0f * rng.NextFloat() - 1.0f) * bound;
+          if (type == DType::kF32) {
+            std::memcpy(dst + i * 4, &v, 4);
+          } else {
+            const uint16_t h = type == DType::kF16 ? FloatToFp16(v) : FloatToBf16(v);
+            std::memcpy(dst + i * 2, &h, 2);
+          }
+        }
+        return Status::Ok();
+      };
+      POCKET_RETURN_IF_ERROR(w.AddTensor(is_a ? a_name : b_name, o.type, {rows, cols}, fill));
+    }
+    return Status::Ok();
+  };
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     for (LoraTarget t : o.targets) {
-      const auto [out, in] = TargetShape(c, t);
-      const int32_t rank = rank_of(layer);
-      const std::string base = "base_model.model.model.layers." + std::to_string(layer) + "." +
-                               std::string(LoraTargetModule(t));
-      // Each tensor's stream is seeded from (seed, layer, target, A or B): independent of order.
-      for (const bool is_a : {true, false}) {
-        const int64_t rows = is_a ? rank : out, cols = is_a ? in : rank;
-        const float bound =
-            is_a ? 1.0f / std::sqrt(static_cast<float>(in)) : o.init / std::sqrt(float(rank));
-        const uint64_t seed = o.seed * 1000003ull + static_cast<uint64_t>(layer) * 64 +
-                              static_cast<uint64_t>(t) * 2 + (is_a ? 0 : 1);
-        auto fill = [rows, cols, bound, seed, esize, type = o.type](uint8_t* dst, size_t n) {
-          if (n != static_cast<size_t>(rows * cols) * esize) return InternalError("size");
-          Rng rng(seed);
-          for (int64_t i = 0; i < rows * cols; ++i) {
-            const float v = (2.0f * rng.NextFloat() - 1.0f) * bound;
-            if (type == DType::kF32) {
-              std::memcpy(dst + i * 4, &v, 4);
-            } else {
-              const uint16_t h = type == DType::kF16 ? FloatToFp16(v) : FloatToBf16(v);
-              std::memcpy(dst + i * 2, &h, 2);
-            }
-          }
-          return Status::Ok();
-        };
-        POCKET_RETURN_IF_ERROR(w.AddTensor(base + (is_a ? ".lora_A.weight" : ".lora_B.weight"),
-                                           o.type, {rows, cols}, fill));
-      }
+      if (IsLayerTarget(t)) POCKET_RETURN_IF_ERROR(write_pair(layer, t, rank_of(layer)));
     }
+  }
+  for (LoraTarget t : o.targets) {
+    if (!IsLayerTarget(t)) POCKET_RETURN_IF_ERROR(write_pair(-1, t, o.rank));
   }
   w.SetMetadata("format", "pt");
   std::string targets;
@@ -927,6 +1053,7 @@ Status WriteSyntheticAdapter(const SyntheticAdapterOptions& o, const std::string
   std::string rank_pattern;
   for (const auto& [layer, rank] : o.layer_ranks) {
     for (LoraTarget t : o.targets) {
+      if (!IsLayerTarget(t)) continue;
       rank_pattern += std::string(rank_pattern.empty() ? "" : ", ") + "\"model.layers." +
                       std::to_string(layer) + "." + std::string(LoraTargetModule(t)) +
                       "\": " + std::to_string(rank);
@@ -991,13 +1118,16 @@ StatusOr<AdapterFileInfo> DescribeAdapterFile(const std::string& path) {
   AdapterFileInfo info;
   info.path = path;
   std::set<std::pair<int32_t, int>> pairs;
-  std::array<bool, kLoraTargets> present{};
+  std::array<bool, kLoraAllTargets> present{};
   auto add_factor = [&](const TensorInfo& t, int32_t layer, int target, bool is_a) {
     info.n_layers = std::max(info.n_layers, layer + 1);
     present[static_cast<size_t>(target)] = true;
     if (is_a && t.shape.size() == 2) {
       pairs.insert({layer, target});
-      const int32_t rank = static_cast<int32_t>(t.shape[0]);
+      // llama.cpp's token_embd A is [vocab, rank].
+      const bool transposed =
+          info.format == "gguf" && target == static_cast<int>(LoraTarget::kEmbed);
+      const int32_t rank = static_cast<int32_t>(t.shape[transposed ? 1 : 0]);
       info.min_rank = info.min_rank == 0 ? rank : std::min(info.min_rank, rank);
       info.max_rank = std::max(info.max_rank, rank);
     }
@@ -1088,7 +1218,7 @@ StatusOr<AdapterFileInfo> DescribeAdapterFile(const std::string& path) {
         "adapter_model.safetensors, or a llama.cpp LoRA .gguf)");
   }
   info.n_pairs = static_cast<int32_t>(pairs.size());
-  for (int t = 0; t < kLoraTargets; ++t) {
+  for (int t = 0; t < kLoraAllTargets; ++t) {
     if (!present[static_cast<size_t>(t)]) continue;
     if (!info.targets.empty()) info.targets += ",";
     info.targets += LoraTargetName(static_cast<LoraTarget>(t));

@@ -9,8 +9,10 @@
 // LoRA GGUF (general.type "adapter"), factors in f32, f16 or bf16, copied out of the mapping at
 // load (A as stored, B transposed; the file's pages released); and pocket's adapter package
 // (WriteAdapterPackage: A and B transposed, f32, f16, bf16 or Q8_0, both used in place, checked
-// against the base's fingerprint). Unsupported variants (DoRA, trained biases, embedding or
-// output-matrix adapters, modules_to_save) are errors that name the field or tensor.
+// against the base's fingerprint). Besides the layers' projections, an adapter may change the
+// token embedding (e(t) += s·B·A[:, t]) and the output matrix (logits += s·B(A·norm(h))), on a
+// tied base too (the term is added beside the shared matrix). Unsupported variants (DoRA,
+// trained biases, modules_to_save) are errors that name the field or tensor.
 #pragma once
 
 #include <array>
@@ -33,16 +35,26 @@
 
 namespace pocket {
 
-// The projections an adapter can change, in the order the forward pass meets them.
-enum class LoraTarget : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr int kLoraTargets = 7;
-// "q", "k", ..., "down": the CLI's spelling (make-adapter --targets).
+// The matrices an adapter can change, in the order the forward pass meets them: the first
+// kLoraTargets in every layer, then the model's token embedding and output matrix (one each).
+enum class LoraTarget : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown, kEmbed, kOutput };
+inline constexpr int kLoraTargets = 7;     // per layer
+inline constexpr int kLoraAllTargets = 9;  // with the embedding and the output matrix
+inline bool IsLayerTarget(LoraTarget t) {
+  return static_cast<int>(t) < kLoraTargets;
+}
+// "q", "k", ..., "down", "embed", "lm_head": the CLI's spelling (make-adapter --targets).
 std::string_view LoraTargetName(LoraTarget t);
 bool ParseLoraTarget(std::string_view name, LoraTarget* out);
-// The Hugging Face module of a target ("self_attn.q_proj", "mlp.down_proj").
+// The Hugging Face module of a target ("self_attn.q_proj", "mlp.down_proj", "embed_tokens",
+// "lm_head").
 std::string_view LoraTargetModule(LoraTarget t);
+// The module's full name in PEFT's rank_pattern / alpha_pattern: "model.layers.N.self_attn.q_proj",
+// "model.embed_tokens", "lm_head".
+std::string LoraModulePath(int32_t layer, LoraTarget t);
 
-// One projection's factors: A [rank, in] as the file stores it (any type the dense kernels take),
+// One projection's factors: A [rank, in] as the file stores it (any type the dense kernels take;
+// for the embedding, in = the vocabulary and column t is token t's term),
 // B transposed at load into bt [rank, out] (f32, or bf16 when the file holds bf16: the same
 // values), so the output step is rank scaled row additions along the outputs instead of one short
 // dot per output; and the adapter's own scale (alpha / rank, or alpha / sqrt(rank) for rsLoRA,
@@ -82,12 +94,14 @@ class LoraAdapter {
   const std::string& path() const { return path_; }
   std::string_view format() const { return format_; }
   int32_t n_layers() const { return static_cast<int32_t>(layers_.size()); }
+  // A layer's projection, or (any layer) the embedding's / output matrix's pair.
   const LoraPair& pair(int32_t layer, LoraTarget t) const {
+    if (!IsLayerTarget(t)) return globals_[static_cast<size_t>(t) - kLoraTargets];
     return layers_[static_cast<size_t>(layer)][static_cast<size_t>(t)];
   }
   int32_t max_rank() const { return max_rank_; }
   int32_t n_pairs() const { return n_pairs_; }
-  // The targets present in any layer ("q,k,v,o,gate,up,down").
+  // The targets present ("q,k,v,o,gate,up,down,embed,lm_head").
   std::string targets() const;
   // Bytes of the factors (as stored).
   size_t bytes() const { return bytes_; }
@@ -120,7 +134,11 @@ class LoraAdapter {
       const std::string& path, const ModelConfig& c, bool owns_mapping);
   std::string path_;
   std::string format_;
+  LoraPair& mutable_pair(int32_t layer, LoraTarget t) {
+    return const_cast<LoraPair&>(pair(layer, t));
+  }
   std::vector<std::array<LoraPair, kLoraTargets>> layers_;
+  std::array<LoraPair, kLoraAllTargets - kLoraTargets> globals_;  // embedding, output
   int32_t max_rank_ = 0;
   int32_t n_pairs_ = 0;
   size_t bytes_ = 0;

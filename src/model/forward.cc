@@ -268,10 +268,39 @@ Status CheckBatch(const Model& model, const ForwardScratch& s, const ForwardBatc
   return Status::Ok();
 }
 
+// Element (r, col) of a matrix in a dense encoding (f32, f16, bf16 or Q8_0): its block
+// dequantized.
+float MatrixElement(const WeightMatrix& m, int64_t r, int64_t col) {
+  const int64_t block = Traits(m.type).block_elems;
+  float values[256];
+  if (block > 256) return 0.0f;  // adapter factors are never of such types (adapter.cc)
+  DequantizeRow(m.type, m.row(r) + (col / block) * static_cast<int64_t>(Traits(m.type).block_bytes),
+                values, block);
+  return values[col % block];
+}
+
+// The adapters' embedding terms: row += sum over the set of s * B · A[:, id] (lora_expand's
+// rank-order sum, after the base row).
+void EmbedAdapters(const Pass& p, const AdapterSet& set, int32_t id, float* row) {
+  float* mid = p.s().lora_mid;
+  for (const AdapterUse& u : set) {
+    const LoraPair& pair = u.adapter->pair(0, LoraTarget::kEmbed);
+    if (!pair.present()) continue;
+    const float scale = pair.scale * u.scale;
+    for (int32_t k = 0; k < pair.rank; ++k) mid[k] = scale * MatrixElement(pair.a, k, id);
+    p.k().lora_expand(pair.bt, mid, pair.rank, 1, 0, p.c.d_model, row, p.c.d_model, true);
+  }
+}
+
 Status Embed(const Pass& p) {
   const Linear& e = p.w.token_embd;
   const int64_t vocab = e.rows();
   for (const BatchSegment& seg : p.b.segments) {
+    bool adapted = false;
+    if (HasAdapters(seg.adapters)) {
+      for (const AdapterUse& u : *seg.adapters)
+        adapted |= u.adapter->pair(0, LoraTarget::kEmbed).present();
+    }
     for (int32_t t = seg.row_begin; t < seg.row_end; ++t) {
       const int32_t id = p.b.tokens[static_cast<size_t>(t)];
       if (id < 0 || id >= vocab) {
@@ -284,6 +313,7 @@ Status Embed(const Pass& p) {
       } else {
         DequantizeRow(e.w.type, e.w.row(id), row, e.w.cols);
       }
+      if (adapted) EmbedAdapters(p, *seg.adapters, id, row);
     }
   }
   return Status::Ok();
@@ -493,6 +523,51 @@ void FeedForwardBlock(const Pass& p, const LayerWeights& l, int32_t layer) {
           OneTarget(layer, LoraTarget::kDown, d));
 }
 
+// The adapters' output-matrix term added to the logits of the stage's rows (rows[i]: the batch
+// row whose set applies): per run of up to kLoraChunkRows rows sharing a set, the final norm into
+// lora_xn, the intermediates A·norm(h) (scaled) into lora_mid, then logits += B·mid split over
+// the vocabulary.
+void OutputAdapters(const Pass& p, std::span<const int32_t> rows) {
+  ForwardScratch& s = p.s();
+  const int64_t d = p.c.d_model, vocab = p.c.vocab_size;
+  const LoraTerm term = OneTarget(0, LoraTarget::kOutput, vocab);
+  for (size_t r0 = 0; r0 < rows.size();) {
+    const AdapterSet* set = s.row_adapters[static_cast<size_t>(rows[r0])];
+    size_t r1 = r0 + 1;
+    while (r1 < rows.size() && r1 - r0 < ForwardScratch::kLoraChunkRows &&
+           s.row_adapters[static_cast<size_t>(rows[r1])] == set)
+      ++r1;
+    bool any = false;
+    if (HasAdapters(set)) {
+      for (const AdapterUse& u : *set) any |= u.adapter->pair(0, LoraTarget::kOutput).present();
+    }
+    if (any) {
+      const int64_t n = static_cast<int64_t>(r1 - r0);
+      p.pool().ParallelFor(n, [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t)
+          p.k().rmsnorm(s.x + (static_cast<int64_t>(r0) + t) * d, p.w.output_norm, p.c.rms_eps, d,
+                        s.lora_xn + t * d);
+      });
+      p.pool().ParallelFor(LoraMidCount(term, *set), [&](int64_t b, int64_t e, int thread) {
+        LoraMidRows(p.ctx, term, *set, s.lora_xn, d, n, b, e, s.lora_mid, s.lora_mid_floats,
+                    s.lora_scratch(thread));
+      });
+      float* logits = p.b.logits + static_cast<int64_t>(r0) * vocab;
+      p.pool().ParallelFor(vocab, [&](int64_t ob, int64_t oe, int) {
+        int64_t off = 0;
+        for (const AdapterUse& u : *set) {
+          const LoraPair& pair = u.adapter->pair(0, LoraTarget::kOutput);
+          if (!pair.present()) continue;
+          p.k().lora_expand(pair.bt, s.lora_mid + off, s.lora_mid_floats, n, ob, oe, logits, vocab,
+                            true);
+          off += pair.rank;
+        }
+      });
+    }
+    r0 = r1;
+  }
+}
+
 // The requested rows' outputs: hidden states, then (rows compacted to the front of the residual
 // stream, which is not needed any more) the final norm and the output matrix.
 void Outputs(Pass& p) {
@@ -524,6 +599,7 @@ void Outputs(Pass& p) {
   p.n_rows = static_cast<int32_t>(rows.size());
   ProjectPlain(p, p.w.output, s.x, c.d_model, p.w.output_norm,
                {p.b.logits, c.vocab_size, Epilogue::kStore});
+  if (p.any_adapters) OutputAdapters(p, rows);
   p.Trace("logits", p.b.logits, c.vocab_size);
 }
 

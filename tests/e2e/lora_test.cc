@@ -47,8 +47,10 @@ std::shared_ptr<const LoraAdapter> Adapter(const Model& m, const std::string& na
   o.base = m.config();
   o.rank = rank;
   o.alpha = 2.0 * rank;
-  o.targets = {LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,   LoraTarget::kO,
-               LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown};
+  // Every target: the layers' projections, the token embedding and the output matrix.
+  o.targets = {LoraTarget::kQ,    LoraTarget::kK,     LoraTarget::kV,
+               LoraTarget::kO,    LoraTarget::kGate,  LoraTarget::kUp,
+               LoraTarget::kDown, LoraTarget::kEmbed, LoraTarget::kOutput};
   o.seed = seed;
   o.type = DType::kBF16;
   EXPECT_TRUE(WriteSyntheticAdapter(o, dir).ok());

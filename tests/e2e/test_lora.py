@@ -93,6 +93,50 @@ class Fidelity(unittest.TestCase):
                 self.assertGreater(moved, 1e-2)
                 compare(self, model, f"{arch}-two", [f"{a}:0.7", f"{b}:1.3"])
 
+    def test_embedding_and_output_adapters_f32(self):
+        """Adapters of the token embedding (PEFT's lora_embedding_A / B) and of the output matrix
+        (lm_head), on a tied and an untied base: the reference merges them (untying a tied
+        model), the engine adds their terms beside the shared matrix. Each adapter moves the
+        logits on its own; the same factors in llama.cpp's GGUF layout (token_embd's A
+        transposed) and in pocket's f32 package give the same logits bit for bit."""
+        for tie in ("tied", "untied"):
+            with self.subTest(tie=tie):
+                model = make_model(f"lora-base-{tie}.gguf", extra=(f"--{tie}",))
+                emb = make_adapter(f"lora-{tie}-embed", model, "--rank", "8", "--targets",
+                                   "embed,q", "--seed", "21")
+                head = make_adapter(f"lora-{tie}-head", model, "--rank", "4", "--rslora",
+                                    "--alpha", "6", "--targets", "lm_head,v", "--type", "bf16",
+                                    "--seed", "22")
+                bare = work_path(f"lora-{tie}-bare.npy")
+                ids = token_ids(1024, N_PREFILL + N_DECODE, seed=len(f"{tie}-embed"))
+                pocket("logits", "-m", model, "--ids", ids_arg(ids), "--all", *ORACLE, "-o", bare)
+                for tag, loras in ((f"{tie}-embed", [emb]), (f"{tie}-head", [head]),
+                                   (f"{tie}-embed-head", [f"{emb}:0.7", f"{head}:1.3"])):
+                    ours, _ = compare(self, model, tag, loras)
+                    if len(loras) == 1:
+                        moved = np.abs(ours - load_npy(bare)).max() / np.abs(ours).max()
+                        print(f"{tag}: the adapter moves the logits by {moved:.2e}")
+                        self.assertGreater(moved, 1e-2)
+                info = json.loads(pocket("info", emb, "--json", "-m", model).stdout)
+                self.assertEqual(info["targets"], "q,embed")
+                self.assertTrue(info["base"]["fits"])
+                # The GGUF layout and the f32 package: the same factors, the same logits.
+                gguf_path = peft_to_gguf(head, work_path(f"lora-{tie}-head.gguf"))
+                emb_gguf = peft_to_gguf(emb, work_path(f"lora-{tie}-embed.gguf"))
+                self.assertEqual(json.loads(pocket("info", emb_gguf, "--json").stdout)["max_rank"],
+                                 8)
+                package = work_path(f"lora-{tie}-embed-head.pocket")
+                pocket("convert", model, "--lora", emb, "--lora-factors", "f32", "-o", package)
+                ids_short = ids_arg(ids[:24])
+                outs = []
+                for loras in ([emb, head], [emb_gguf, gguf_path], [package, head]):
+                    out = work_path(f"lora-{tie}-layout-{len(outs)}.npy")
+                    pocket("logits", "-m", model, "--ids", ids_short, "--all", "-o", out,
+                           *[a for l in loras for a in ("--lora", l)])
+                    outs.append(load_npy(out))
+                self.assertEqual(np.abs(outs[0] - outs[1]).max(), 0.0)
+                self.assertEqual(np.abs(outs[0] - outs[2]).max(), 0.0)
+
     def test_gguf_adapter_equals_peft(self):
         """llama.cpp's LoRA GGUF layout of the same factors: the same logits, bit for bit (same
         values, same scale alpha / r), on the oracle path and on a package."""
@@ -168,12 +212,28 @@ def peft_to_gguf(peft_dir, out_path, arch="qwen3"):
     w.add("general.architecture", gguf_ref.STRING, arch)
     w.add("general.type", gguf_ref.STRING, "adapter")
     w.add("adapter.type", gguf_ref.STRING, "lora")
-    w.add("adapter.lora.alpha", gguf_ref.FLOAT32, float(cfg["lora_alpha"]))
+    # GGUF scales by alpha / r: an rsLoRA adapter (alpha / sqrt(r), one rank) is written with
+    # alpha * sqrt(r).
+    alpha = float(cfg["lora_alpha"])
+    if cfg.get("use_rslora"):
+        alpha *= float(np.sqrt(cfg["r"]))
+    w.add("adapter.lora.alpha", gguf_ref.FLOAT32, alpha)
     for name in sorted(st.entries):
+        t = st.tensor(name).astype(np.float32)
+        if ".embed_tokens.lora_embedding_" in name:
+            # llama.cpp looks up rows of A by token: token_embd's lora_a is A transposed
+            # ([vocab, r]), lora_b is B ([d_model, r]).
+            which = name[-1].lower()
+            w.add_array_tensor(f"token_embd.weight.lora_{which}",
+                               np.ascontiguousarray(t.T) if which == "a" else t)
+            continue
+        if ".lm_head." in name:
+            w.add_array_tensor(f"output.weight.lora_{name.split('.')[-2][-1].lower()}", t)
+            continue
         parts = name.split(".")  # base_model.model.model.layers.N.<a>.<b>.lora_X.weight
         layer, module, which = parts[4], parts[5] + "." + parts[6], parts[7]
         gname = f"blk.{layer}.{names[module]}.weight.lora_{which[-1].lower()}"
-        w.add_array_tensor(gname, st.tensor(name).astype(np.float32))
+        w.add_array_tensor(gname, t)
     w.write(out_path)
     return out_path
 
@@ -392,6 +452,36 @@ class Merge(unittest.TestCase):
             self.assertEqual([m["path"] for m in info["merged_lora"]], [adapter])
             self.assertAlmostEqual(info["merged_lora"][0]["scale"], 0.8, places=6)
 
+    def test_merged_embedding_and_output_adapters(self):
+        """stories260K ties its embedding and output matrices: merging adapters of both unties
+        them (each gets its own term), and the merged package generates what runtime
+        application does. In f32 only: int8 re-quantizes E + s*B*A, a different rounding from
+        the runtime's dequantized row plus the term, and this adapter moves the rows enough for
+        that to change a token."""
+        adapter = make_adapter("lora-stories-vocab", STORIES, "--rank", "4", "--targets",
+                               "v,embed,lm_head", "--init", "0.2", "--seed", "7")
+        run = ("-p", "Once upon a time", "-n", 64, "--temp", 0, "--json")
+        for weights in ("f32",):
+            base, merged = work_path(f"merge-base-{weights}.pocket"), work_path(
+                f"merge-vocab-{weights}.pocket")
+            if not os.path.exists(base):
+                pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights,
+                       "-o", base)
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights,
+                   "--merge-lora", adapter + ":0.8", "-o", merged)
+            bare = json.loads(pocket("run", "-m", base, *run).stdout)["tokens"]
+            runtime = json.loads(pocket("run", "-m", base, "--lora", adapter + ":0.8",
+                                        *run).stdout)["tokens"]
+            baked = json.loads(pocket("run", "-m", merged, *run).stdout)["tokens"]
+            print(weights, "runtime == merged:", runtime == baked, "differs from bare:",
+                  runtime != bare)
+            self.assertNotEqual(runtime, bare, weights)
+            self.assertEqual(baked, runtime, weights)
+            base_info = json.loads(pocket("info", base, "--json").stdout)
+            info = json.loads(pocket("info", merged, "--json").stdout)
+            self.assertTrue(base_info["tied_output"])
+            self.assertFalse(info["tied_output"])
+
     def test_merge_refuses_a_mismatched_adapter_and_writes_nothing(self):
         adapter = make_adapter("lora-base-r8", make_model("lora-base-qwen3.gguf"), "--rank", "8",
                                "--seed", "5")
@@ -480,9 +570,14 @@ class BadInput(unittest.TestCase):
         self.expect_error(model, p, "use_dora")
         model, p = self.variant("mts", edit_config=lambda c: c.update(modules_to_save=["lm_head"]))
         self.expect_error(model, p, "modules_to_save")
+        # An embedding factor without its pair, and one of the wrong shape.
         model, p = self.variant("embed", edit_tensors=rename(
             first_a, "base_model.model.model.embed_tokens.lora_embedding_A"))
-        self.expect_error(model, p, "embed_tokens", "not supported")
+        self.expect_error(model, p, "embed_tokens.lora_embedding_A", "no matching lora_B")
+        model, p = self.variant("embed-shape", edit_tensors=lambda h, body: rename(
+            first_b, "base_model.model.model.embed_tokens.lora_embedding_B")(*rename(
+                first_a, "base_model.model.model.embed_tokens.lora_embedding_A")(h, body)))
+        self.expect_error(model, p, "lora_embedding_A", "takes 1024 inputs", "[rank, 1024]")
         model, p = self.variant("magnitude", edit_tensors=rename(
             first_a, "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector"))
         self.expect_error(model, p, "DoRA")
