@@ -8,10 +8,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "common.h"
 #include "generation.h"
 #include "interrupt.h"
@@ -98,6 +100,32 @@ Status SwitchAdapters(std::string_view args, const Model& model, Session& s,
   return Status::Ok();
 }
 
+// The chat's messages as a session file's user data (--session), and back.
+std::string MessagesJson(const std::vector<ChatMessage>& messages) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const ChatMessage& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
+  return nlohmann::json{{"pocket_chat", 1}, {"messages", j}}.dump();
+}
+Status ParseMessages(const std::string& path, const std::string& text,
+                     std::vector<ChatMessage>* messages) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("messages") || !j["messages"].is_array()) {
+    return InvalidArgumentError(path,
+                                ": not a pocket chat session (its user data holds no "
+                                "\"messages\" array)");
+  }
+  messages->clear();
+  for (const nlohmann::json& m : j["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      return InvalidArgumentError(path, ": message ", messages->size(),
+                                  " has no string role and content");
+    }
+    messages->push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Command AddChatCommand(CLI::App& root) {
@@ -108,7 +136,12 @@ Command AddChatCommand(CLI::App& root) {
       "Ctrl-C stops a reply, Ctrl-C at the prompt exits)");
   auto flags = std::make_shared<GenerationFlags>();
   flags->Register(app);
-  SetExamples(app, {"pocket chat -m model.pocket",
+  auto session_path = std::make_shared<std::string>();
+  app->add_option("--session", *session_path,
+                  "resume the conversation saved in FILE when it exists, and save it there after "
+                  "every reply (its messages and the model's keys and values: the next run "
+                  "continues without evaluating the history again)");
+  SetExamples(app, {"pocket chat -m model.pocket --session chat.session",
                     "pocket chat -m model.gguf --system \"Answer briefly.\" --no-think",
                     "pocket chat -m model.pocket --lora task.pocket   (then /lora other.pocket "
                     "or /lora off between turns)"});
@@ -150,7 +183,22 @@ Command AddChatCommand(CLI::App& root) {
         const Tokenizer& tok = *(*model)->tokenizer();
         std::vector<ChatMessage> messages;
         if (!flags->system.empty()) messages.push_back({"system", flags->system});
-        const size_t n_fixed = messages.size();
+        if (!session_path->empty() && FileExists(*session_path)) {
+          // The saved conversation: its messages (a --system of this run is not used) and the
+          // keys and values of its tokens.
+          auto saved = s.Load(*session_path);
+          if (!saved.ok()) return ReportError(saved.status());
+          if (Status p = ParseMessages(*session_path, *saved, &messages); !p.ok()) {
+            return ReportError(p);
+          }
+          std::fprintf(stderr, "pocket: resumed %s: %zu messages, %zu tokens in the context\n",
+                       session_path->c_str(), messages.size(), s.history().size());
+        }
+        auto save = [&] {
+          if (session_path->empty()) return;
+          if (Status st = s.Save(*session_path, MessagesJson(messages)); !st.ok()) ReportError(st);
+        };
+        const size_t n_fixed = !messages.empty() && messages[0].role == "system" ? 1 : 0;
         ChatOptions co;
         co.enable_thinking = !flags->no_think;
         const size_t n_ctx = static_cast<size_t>(s.n_ctx());
@@ -165,6 +213,7 @@ Command AddChatCommand(CLI::App& root) {
           if (line == "/reset") {
             messages.resize(n_fixed);
             s.Reset();
+            save();
             std::fprintf(stderr, "pocket: conversation cleared%s\n",
                          n_fixed > 0 ? " (the system message stays)" : "");
             continue;
@@ -209,6 +258,7 @@ Command AddChatCommand(CLI::App& root) {
           }
           if (flags->engine.verbose) PrintStats(*result);
           messages.push_back({"assistant", result->text});
+          save();
         }
         return 0;
       }};

@@ -137,6 +137,22 @@ POCKET_API int32_t pocket_session_n_threads(const pocket_session* session);
 POCKET_API void pocket_session_cancel(pocket_session* session);
 /* Forgets the conversation (the next prompt is evaluated from scratch). */
 POCKET_API void pocket_session_reset(pocket_session* session);
+/* Saved sessions: the conversation's context (its tokens, their keys and values in the cache's
+ * type, the last logits) and `user_data` (n_user_data bytes of the app's own state, may be NULL
+ * when 0) written to `path` (versioned, checksummed; a temporary file renamed at the end). */
+POCKET_API pocket_status pocket_session_save(const pocket_session* session, const char* path,
+                                             const void* user_data, size_t n_user_data,
+                                             pocket_error* err);
+/* Makes the session's context the one `path` holds: the same model, KV type and adapter set
+ * (else POCKET_ERR_FAILED_PRECONDITION or POCKET_ERR_INVALID_ARGUMENT naming the field), fitting
+ * the session's context (POCKET_ERR_OUT_OF_RANGE); a truncated or corrupt file is
+ * POCKET_ERR_DATA_LOSS. On any error the session is unchanged. The saved user data is copied to
+ * `user_data` (capacity bytes; may be NULL when 0) and its size to *n_user_data (may be NULL):
+ * with too small a capacity the call returns POCKET_ERR_BUFFER_TOO_SMALL and leaves the session
+ * unchanged, so a caller can ask for the size with capacity 0 first. */
+POCKET_API pocket_status pocket_session_load(pocket_session* session, const char* path,
+                                             void* user_data, size_t capacity, size_t* n_user_data,
+                                             pocket_error* err);
 
 /* ---- Task adapters (LoRA) ----
  * An adapter is loaded once for a model (a PEFT directory: adapter_config.json +

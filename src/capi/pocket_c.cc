@@ -301,6 +301,42 @@ void pocket_session_reset(pocket_session* session) {
   if (session != nullptr) session->session->Reset();
 }
 
+pocket_status pocket_session_save(const pocket_session* session, const char* path,
+                                  const void* user_data, size_t n_user_data, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || path == nullptr || (n_user_data > 0 && user_data == nullptr)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session and path must not be NULL, nor user_data when n_user_data > 0");
+    }
+    return Report(err,
+                  session->session->Save(
+                      path, std::string_view(static_cast<const char*>(user_data), n_user_data)));
+  });
+}
+
+pocket_status pocket_session_load(pocket_session* session, const char* path, void* user_data,
+                                  size_t capacity, size_t* n_user_data, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || path == nullptr || (capacity > 0 && user_data == nullptr)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session and path must not be NULL, nor user_data when capacity > 0");
+    }
+    auto needed = pocket::Session::SavedUserDataBytes(path);
+    if (!needed.ok()) return Report(err, needed.status());
+    if (n_user_data != nullptr) *n_user_data = static_cast<size_t>(*needed);
+    if (*needed > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
+                  std::string(path) + ": the user data needs " + std::to_string(*needed) +
+                      " bytes, the buffer holds " + std::to_string(capacity));
+    }
+    auto data = session->session->Load(path);
+    if (!data.ok()) return Report(err, data.status());
+    if (!data->empty()) std::memcpy(user_data, data->data(), data->size());
+    if (n_user_data != nullptr) *n_user_data = data->size();
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
 pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
                                   pocket_adapter** out_adapter, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {

@@ -143,6 +143,20 @@ class Session {
     return adapters_;
   }
 
+  // Saved sessions (session_file.cc; docs/format.md, "Session files"). Save writes the context
+  // (its tokens, their keys and values in the cache's own type, the logits after the last one)
+  // and `user_data` (an application's own state: pocket chat keeps its messages there) to
+  // `path`: versioned, checksummed, written to a temporary file renamed at the end. Sampling
+  // keeps no state between calls (each Generate seeds its own sampler), so there is none to save.
+  Status Save(const std::string& path, std::string_view user_data = {}) const;
+  // Makes the context the one `path` holds and returns its user data. The file must come from the
+  // same model (its fingerprint and shapes), with the same KV type and adapter set, and fit this
+  // session's context; every byte is checked (size, checksum) before the session changes, so an
+  // error leaves it as it was and names the file and the field.
+  StatusOr<std::string> Load(const std::string& path);
+  // The size of the user data a session file holds (its header read, nothing else checked).
+  static StatusOr<uint64_t> SavedUserDataBytes(const std::string& path);
+
   // Forgets the context.
   void Reset() {
     Truncate(0);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(cond, ...)                      \
   do {                                        \
@@ -195,6 +196,63 @@ static void test_threads(const pocket_model* model) {
   sp.n_threads = -1;
   pocket_status st = pocket_session_create(model, &sp, &s, &err);
   CHECK(st == POCKET_ERR_INVALID_ARGUMENT && s == NULL, "n_threads -1 gave %d", (int)st);
+}
+
+/* A saved session: loaded into a fresh session, the conversation continues as if never
+ * interrupted (the same greedy text, only the new tokens evaluated); the app's user data comes
+ * back, a too-small buffer is refused first (the session unchanged), a damaged file is data loss.
+ */
+static void test_saved_session(const pocket_model* model) {
+  pocket_error err;
+  pocket_session_params sp = pocket_session_default_params();
+  sp.n_ctx = 256;
+  pocket_session *a = NULL, *b = NULL;
+  CHECK(pocket_session_create(model, &sp, &a, &err) == POCKET_OK, "session: %s", err.message);
+  CHECK(pocket_session_create(model, &sp, &b, &err) == POCKET_OK, "session: %s", err.message);
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 16;
+  pocket_generate_result r;
+  Collected* first = run(a, "Once upon a time", &gp, &r);
+  char path[256];
+  const char* tmp = getenv("TMPDIR");
+  snprintf(path, sizeof(path), "%s/pocket-capi-%d.session", tmp != NULL ? tmp : "/tmp",
+           (int)getpid());
+  const char state[] = "turn 1";
+  pocket_status st = pocket_session_save(a, path, state, sizeof(state), &err);
+  CHECK(st == POCKET_OK, "save: %s", err.message);
+  size_t n_state = 0;
+  st = pocket_session_load(b, path, NULL, 0, &n_state, &err);
+  CHECK(st == POCKET_ERR_BUFFER_TOO_SMALL && n_state == sizeof(state), "size query gave %d, %zu",
+        (int)st, n_state);
+  char back[16];
+  st = pocket_session_load(b, path, back, sizeof(back), &n_state, &err);
+  CHECK(st == POCKET_OK && n_state == sizeof(state) && strcmp(back, state) == 0, "load: %s",
+        err.message);
+  static char next[8300];
+  snprintf(next, sizeof(next), "Once upon a time%s. The end", first->text);
+  pocket_generate_result ra, rb;
+  Collected* ca = run(a, next, &gp, &ra);
+  Collected* cb = run(b, next, &gp, &rb);
+  CHECK(strcmp(ca->text, cb->text) == 0, "resumed '%s', uninterrupted '%s'", cb->text, ca->text);
+  CHECK(rb.n_prompt_tokens == ra.n_prompt_tokens, "resumed evaluated %d prompt tokens, not %d",
+        rb.n_prompt_tokens, ra.n_prompt_tokens);
+  /* A damaged file: data loss, named. */
+  FILE* f = fopen(path, "r+b");
+  CHECK(f != NULL, "reopen");
+  fseek(f, -8, SEEK_END);
+  fputc(0x5a, f);
+  fclose(f);
+  st = pocket_session_load(b, path, back, sizeof(back), &n_state, &err);
+  CHECK(st == POCKET_ERR_DATA_LOSS && strstr(err.message, path) != NULL, "damaged file gave %d: %s",
+        (int)st, err.message);
+  printf("saved session: resumed '%s'; damaged: %s\n", cb->text, err.message);
+  remove(path);
+  free(first);
+  free(ca);
+  free(cb);
+  pocket_session_free(a);
+  pocket_session_free(b);
 }
 
 static double logprob_of(const pocket_candidate_score* scores, size_t n, size_t index) {
@@ -830,6 +888,7 @@ int main(int argc, char** argv) {
   test_cancel(session, text);
   test_seeds(session, text);
   test_threads(model);
+  test_saved_session(model);
 
   pocket_session_cancel(session);
   pocket_session_free(session);

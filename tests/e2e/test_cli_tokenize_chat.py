@@ -1,5 +1,6 @@
 """pocket tokenize (JSON Lines in, ids out; llama.cpp's Qwen2 vectors through the CLI), pocket info
-on a model with the real Qwen3 tokenizer, and pocket chat keeping the KV cache between turns."""
+on a model with the real Qwen3 tokenizer, pocket chat keeping the KV cache between turns, and
+pocket chat --session resuming a conversation across runs."""
 import json
 import os
 import re
@@ -55,6 +56,41 @@ class TokenizeAndChat(unittest.TestCase):
         self.assertEqual(reused[0], 0)
         # Turn 2 re-evaluates only what changed after the first turn's prompt.
         self.assertGreater(reused[1], 8, p.stderr)
+
+    def test_chat_session_resumes_across_runs(self):
+        """Two turns in one run, and the same two turns in two runs with --session: the second
+        reply is the same, the resumed run evaluates only the new turn (the saved keys and values
+        are reused), and a damaged session file is an error naming it."""
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        args = [POCKET, "chat", "-m", model, "-n", "6", "--temp", "0", "-v", "--system", "Be brief."]
+        whole = subprocess.run(args, input="hello there\nand a second question\n/exit\n",
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(whole.returncode, 0, whole.stderr)
+        path = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-resume.session")
+        if os.path.exists(path):
+            os.remove(path)
+        first = subprocess.run(args + ["--session", path], input="hello there\n/exit\n",
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertTrue(os.path.exists(path))
+        second = subprocess.run(args + ["--session", path], input="and a second question\n/exit\n",
+                                capture_output=True, text=True, timeout=300)
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertIn("resumed", second.stderr)
+        # The replies of the two runs, one after the other, are those of the one run.
+        self.assertEqual(first.stdout + second.stdout, whole.stdout)
+        reused_whole = [int(x) for x in re.findall(r"\((\d+) reused\)", whole.stderr)]
+        reused_resumed = [int(x) for x in re.findall(r"\((\d+) reused\)", second.stderr)]
+        self.assertEqual(reused_resumed, reused_whole[1:], second.stderr)
+        self.assertGreater(reused_resumed[0], 8)
+        with open(path, "r+b") as f:
+            f.seek(-10, os.SEEK_END)
+            f.write(b"\x00\x01")
+        bad = subprocess.run(args + ["--session", path], input="/exit\n", capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn(path, bad.stderr)
+        self.assertIn("checksum", bad.stderr)
 
     def test_run_chat_rejects_models_without_a_template(self):
         model = make_model("errors-tiny.gguf")

@@ -1,0 +1,277 @@
+// Session::Save / Session::Load: a conversation's context on disk (docs/format.md, "Session
+// files"). The keys and values are written through the KV cache's accessors (KvHeadView), so the
+// file's layout does not depend on how the cache places its blocks.
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/crc32c.h"
+#include "base/mapped_file.h"
+#include "base/output_file.h"
+#include "base/str.h"
+#include "model/adapter.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'O', 'C', 'K', 'E', 'T', 'S', 'S'};
+constexpr uint32_t kVersion = 1;
+
+// Bytes of the keys and values of n positions of one KV head in the file: K in whole blocks of
+// 16 positions ([head_dim][16] elements each, lanes past n zero), V rows of the n positions, and
+// for int8 the n key scales then the n value scales.
+uint64_t HeadBytes(const KvHeadView& h, int64_t n) {
+  const int64_t blocks = (n + kKvBlockPositions - 1) / kKvBlockPositions;
+  uint64_t bytes = static_cast<uint64_t>(blocks * h.BlockBytes()) +
+                   static_cast<uint64_t>(n * h.head_dim * h.ElementBytes());
+  if (h.type == KvType::kQ8) bytes += static_cast<uint64_t>(2 * n) * sizeof(float);
+  return bytes;
+}
+
+// A writer that keeps the running checksum of everything written.
+struct CheckedWriter {
+  OutputFile& f;
+  uint32_t crc = 0;
+  Status Write(const void* data, size_t n) {
+    crc = Crc32c(data, n, crc);
+    return f.Write(data, n);
+  }
+};
+
+}  // namespace
+
+Status Session::Save(const std::string& path, std::string_view user_data) const {
+  const ModelConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(history_.size());
+  const bool has_logits = n > 0 && logits_at_ == history_.size();
+  nlohmann::json j;
+  j["format"] = "pocket session";
+  j["architecture"] = std::string(ArchitectureName(c.arch));
+  j["base_fingerprint"] = BaseFingerprint(*model_);
+  j["n_layers"] = c.n_layers;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["kv_type"] = std::string(KvTypeName(kv_.type()));
+  j["n_tokens"] = n;
+  j["adapters"] = AdapterSetName(adapters_);
+  j["has_logits"] = has_logits;
+  j["user_data_bytes"] = user_data.size();
+  const std::string header = j.dump();
+  POCKET_ASSIGN_OR_RETURN(OutputFile f, OutputFile::Create(path));
+  CheckedWriter w{f};
+  POCKET_RETURN_IF_ERROR(w.Write(kMagic, sizeof kMagic));
+  const uint32_t sizes[2] = {kVersion, static_cast<uint32_t>(header.size())};
+  POCKET_RETURN_IF_ERROR(w.Write(sizes, sizeof sizes));
+  POCKET_RETURN_IF_ERROR(w.Write(header.data(), header.size()));
+  POCKET_RETURN_IF_ERROR(w.Write(history_.data(), history_.size() * sizeof(int32_t)));
+  if (has_logits) POCKET_RETURN_IF_ERROR(w.Write(logits_.data(), logits_.size() * sizeof(float)));
+  POCKET_RETURN_IF_ERROR(w.Write(user_data.data(), user_data.size()));
+  std::vector<uint8_t> block;
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+    for (int32_t g = 0; g < c.n_kv_heads; ++g) {
+      const KvHeadView h = kv_.head(layer, g);
+      const int64_t eb = h.ElementBytes(), blocks = (n + kKvBlockPositions - 1) / kKvBlockPositions;
+      block.resize(static_cast<size_t>(h.BlockBytes()));
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::memcpy(block.data(), h.KeyBlock<uint8_t>(b), block.size());
+        const int64_t used = std::min<int64_t>(kKvBlockPositions, n - b * kKvBlockPositions);
+        for (int32_t d = 0; d < h.head_dim && used < kKvBlockPositions; ++d) {  // unused lanes
+          std::memset(block.data() + (d * kKvBlockPositions + used) * eb, 0,
+                      static_cast<size_t>((kKvBlockPositions - used) * eb));
+        }
+        POCKET_RETURN_IF_ERROR(w.Write(block.data(), block.size()));
+      }
+      for (int64_t pos = 0; pos < n; ++pos) {
+        POCKET_RETURN_IF_ERROR(
+            w.Write(h.ValueRow<uint8_t>(pos), static_cast<size_t>(h.head_dim * eb)));
+      }
+      if (h.type == KvType::kQ8) {
+        for (int64_t pos = 0; pos < n; ++pos)
+          POCKET_RETURN_IF_ERROR(w.Write(h.KeyScale(pos), sizeof(float)));
+        for (int64_t pos = 0; pos < n; ++pos)
+          POCKET_RETURN_IF_ERROR(w.Write(h.ValueScale(pos), sizeof(float)));
+      }
+    }
+  }
+  const uint32_t crc = w.crc;
+  POCKET_RETURN_IF_ERROR(f.Write(&crc, sizeof crc));
+  return f.Commit();
+}
+
+StatusOr<uint64_t> Session::SavedUserDataBytes(const std::string& path) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  const uint8_t* data = file->data();
+  const size_t size = file->size();
+  if (size < sizeof kMagic + 8 + 4 || std::memcmp(data, kMagic, sizeof kMagic) != 0) {
+    return InvalidArgumentError(path, ": not a pocket session file (no POCKETSS magic)");
+  }
+  uint32_t sizes[2];
+  std::memcpy(sizes, data + sizeof kMagic, sizeof sizes);
+  const size_t header_at = sizeof kMagic + sizeof sizes;
+  if (sizes[0] != kVersion || sizes[1] > size - header_at - 4) {
+    return DataLossError(path, ": a session header of version ", sizes[0], " and ", sizes[1],
+                         " bytes does not fit the file's ", size);
+  }
+  nlohmann::json j = nlohmann::json::parse(data + header_at, data + header_at + sizes[1], nullptr,
+                                           /*allow_exceptions=*/false);
+  auto it = j.is_object() ? j.find("user_data_bytes") : j.end();
+  if (!j.is_object() || it == j.end() || !it->is_number_unsigned()) {
+    return InvalidArgumentError(path, ": field user_data_bytes is missing or not a size");
+  }
+  return it->get<uint64_t>();
+}
+
+StatusOr<std::string> Session::Load(const std::string& path) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  const uint8_t* data = file->data();
+  const size_t size = file->size();
+  auto field_error = [&](std::string_view key, const auto&... what) {
+    return InvalidArgumentError(path, ": field ", key, " ", what...);
+  };
+  if (size < sizeof kMagic + 8 + 4 || std::memcmp(data, kMagic, sizeof kMagic) != 0) {
+    return InvalidArgumentError(path, ": not a pocket session file (no POCKETSS magic)");
+  }
+  uint32_t sizes[2];
+  std::memcpy(sizes, data + sizeof kMagic, sizeof sizes);
+  if (sizes[0] != kVersion) {
+    return UnimplementedError(path, ": session file version ", sizes[0], "; this build reads ",
+                              kVersion);
+  }
+  const size_t header_at = sizeof kMagic + sizeof sizes;
+  if (sizes[1] > size - header_at - 4) {
+    return DataLossError(path, ": truncated: a header of ", sizes[1],
+                         " bytes does not fit the file's ", size);
+  }
+  nlohmann::json j = nlohmann::json::parse(data + header_at, data + header_at + sizes[1], nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!j.is_object()) return InvalidArgumentError(path, ": the header is not a JSON object");
+  auto int_field = [&](const char* key, int64_t* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) {
+      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(),
+                         ", expected an integer");
+    }
+    *out = it->get<int64_t>();
+    return Status::Ok();
+  };
+  auto string_field = [&](const char* key, std::string* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) {
+      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(), ", expected a string");
+    }
+    *out = it->get<std::string>();
+    return Status::Ok();
+  };
+  const ModelConfig& c = model_->config();
+  std::string arch, fingerprint, kv_type, adapters;
+  POCKET_RETURN_IF_ERROR(string_field("architecture", &arch));
+  POCKET_RETURN_IF_ERROR(string_field("base_fingerprint", &fingerprint));
+  POCKET_RETURN_IF_ERROR(string_field("kv_type", &kv_type));
+  POCKET_RETURN_IF_ERROR(string_field("adapters", &adapters));
+  if (arch != ArchitectureName(c.arch)) {
+    return field_error("architecture", "is \"", arch, "\" but the model is ",
+                       ArchitectureName(c.arch));
+  }
+  const std::pair<const char*, int64_t> shapes[] = {{"n_layers", c.n_layers},
+                                                    {"n_kv_heads", c.n_kv_heads},
+                                                    {"head_dim", c.head_dim},
+                                                    {"vocab_size", c.vocab_size}};
+  for (const auto& [key, want] : shapes) {
+    int64_t v = 0;
+    POCKET_RETURN_IF_ERROR(int_field(key, &v));
+    if (v != want) return field_error(key, "is ", v, " but the model has ", want);
+  }
+  if (fingerprint != BaseFingerprint(*model_)) {
+    return field_error("base_fingerprint", "is \"", fingerprint, "\" but the model's is \"",
+                       BaseFingerprint(*model_), "\": the session was saved with another model");
+  }
+  auto state_error = [&](std::string_view key, const auto&... what) {
+    return FailedPreconditionError(path, ": field ", key, " ", what...);
+  };
+  if (kv_type != KvTypeName(kv_.type())) {
+    return state_error("kv_type", "is ", kv_type, " but this session's cache is ",
+                       KvTypeName(kv_.type()), " (open it with --kv-type ", kv_type, ")");
+  }
+  if (adapters != AdapterSetName(adapters_)) {
+    return state_error("adapters", "is \"", adapters, "\" but this session applies \"",
+                       AdapterSetName(adapters_), "\": the keys and values depend on them");
+  }
+  int64_t n = 0, user_bytes = 0;
+  POCKET_RETURN_IF_ERROR(int_field("n_tokens", &n));
+  POCKET_RETURN_IF_ERROR(int_field("user_data_bytes", &user_bytes));
+  auto logits_it = j.find("has_logits");
+  if (logits_it == j.end() || !logits_it->is_boolean()) {
+    return field_error("has_logits", "is missing or not a boolean");
+  }
+  const bool has_logits = logits_it->get<bool>();
+  if (n < 0 || user_bytes < 0 || (has_logits && n == 0)) {
+    return field_error("n_tokens", "is ", n, " (user_data_bytes ", user_bytes, ")");
+  }
+  if (n > kv_.n_ctx()) {
+    return OutOfRangeError(path, ": the saved context holds ", n,
+                           " tokens; this session's context is ", kv_.n_ctx(),
+                           " (open it with a larger --ctx-size)");
+  }
+  // The size every field implies, then the checksum of everything before the last 4 bytes.
+  uint64_t expected = header_at + sizes[1] + static_cast<uint64_t>(n) * sizeof(int32_t) +
+                      (has_logits ? static_cast<uint64_t>(c.vocab_size) * sizeof(float) : 0) +
+                      static_cast<uint64_t>(user_bytes) + 4;
+  expected += static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.n_kv_heads) *
+              HeadBytes(kv_.head(0, 0), n);
+  if (expected != size) {
+    return DataLossError(path, ": truncated or extended: its header describes ", expected,
+                         " bytes, the file has ", size);
+  }
+  uint32_t crc;
+  std::memcpy(&crc, data + size - 4, 4);
+  if (Crc32c(data, size - 4) != crc) {
+    return DataLossError(path, ": corrupt: the checksum of its ", size - 4,
+                         " bytes does not match");
+  }
+  const uint8_t* at = data + header_at + sizes[1];
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t id;
+    std::memcpy(&id, at + i * static_cast<int64_t>(sizeof(int32_t)), sizeof id);
+    if (id < 0 || id >= c.vocab_size) {
+      return InvalidArgumentError(path, ": token ", i, " is id ", id,
+                                  ", outside the vocabulary (0 to ", c.vocab_size - 1, ")");
+    }
+  }
+  // Everything checked: the session changes from here on.
+  Reset();
+  history_.resize(static_cast<size_t>(n));
+  std::memcpy(history_.data(), at, static_cast<size_t>(n) * sizeof(int32_t));
+  at += n * static_cast<int64_t>(sizeof(int32_t));
+  if (has_logits) {
+    std::memcpy(logits_.data(), at, logits_.size() * sizeof(float));
+    at += logits_.size() * sizeof(float);
+    logits_at_ = history_.size();
+  }
+  std::string user_data(reinterpret_cast<const char*>(at), static_cast<size_t>(user_bytes));
+  at += user_bytes;
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+    for (int32_t g = 0; g < c.n_kv_heads; ++g) {
+      const KvHeadView h = kv_.head(layer, g);
+      const int64_t eb = h.ElementBytes(), blocks = (n + kKvBlockPositions - 1) / kKvBlockPositions;
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::memcpy(h.KeyBlock<uint8_t>(b), at, static_cast<size_t>(h.BlockBytes()));
+        at += h.BlockBytes();
+      }
+      for (int64_t pos = 0; pos < n; ++pos) {
+        std::memcpy(h.ValueRow<uint8_t>(pos), at, static_cast<size_t>(h.head_dim * eb));
+        at += h.head_dim * eb;
+      }
+      if (h.type == KvType::kQ8) {
+        for (int64_t pos = 0; pos < n; ++pos, at += sizeof(float))
+          std::memcpy(h.KeyScale(pos), at, sizeof(float));
+        for (int64_t pos = 0; pos < n; ++pos, at += sizeof(float))
+          std::memcpy(h.ValueScale(pos), at, sizeof(float));
+      }
+    }
+  }
+  return user_data;
+}
+
+}  // namespace pocket

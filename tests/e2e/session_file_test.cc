@@ -1,0 +1,184 @@
+// Saved sessions (Session::Save / Load): a conversation saved, loaded into a fresh session and
+// continued gives the tokens of one never interrupted, reusing the saved keys and values (the
+// continuation evaluates only what is new); every KV type; a file of another model, KV type,
+// adapter set or context, a truncated or damaged file, are errors that name the file and the
+// field and leave the session as it was. Uses the real stories260K model.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "model/synthetic.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+const std::string kStories =
+    std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
+const std::string kTok = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/tok512.bin";
+
+std::vector<int32_t> History(const Session& s) {
+  return {s.history().begin(), s.history().end()};
+}
+
+std::string Dir() {
+  const std::string dir = std::string(POCKET_BINARY_DIR) + "/session-file-test";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::shared_ptr<const Model> Stories() {
+  LoadOptions o;
+  o.tokenizer_path = kTok;
+  auto m = Model::Load(kStories, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+GenerateOptions Greedy(int32_t n) {
+  GenerateOptions g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = n;
+  return g;
+}
+
+std::unique_ptr<Session> NewSession(std::shared_ptr<const Model> model, KvType type,
+                                    int32_t n_ctx = 256) {
+  SessionOptions so;
+  so.kv_type = type;
+  so.n_ctx = n_ctx;
+  so.n_threads = 2;
+  auto s = Session::Create(std::move(model), so);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+const std::vector<int32_t> kFirst = {1, 403, 407, 261, 378, 429, 20, 52};
+const std::vector<int32_t> kSecond = {13, 300, 278, 350};
+
+// The second turn's prompt: the first prompt, its reply, then new tokens.
+std::vector<int32_t> SecondPrompt(const std::vector<int32_t>& reply) {
+  std::vector<int32_t> p = kFirst;
+  p.insert(p.end(), reply.begin(), reply.end());
+  p.insert(p.end(), kSecond.begin(), kSecond.end());
+  return p;
+}
+
+TEST(SessionFileTest, SavedLoadedAndContinuedEqualsNeverInterrupted) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kQ8}) {
+    const std::string path = Dir() + "/chat-" + std::string(KvTypeName(type)) + ".session";
+    // Never interrupted.
+    auto a = NewSession(model, type);
+    auto first = a->Generate(kFirst, Greedy(20));
+    ASSERT_TRUE(first.ok());
+    auto second = a->Generate(SecondPrompt(first->tokens), Greedy(24));
+    ASSERT_TRUE(second.ok());
+    // Saved after the first turn, loaded into a fresh session, continued.
+    auto b = NewSession(model, type);
+    auto b_first = b->Generate(kFirst, Greedy(20));
+    ASSERT_TRUE(b_first.ok());
+    EXPECT_EQ(b_first->tokens, first->tokens);
+    ASSERT_TRUE(b->Save(path, "the app's state").ok());
+    auto c = NewSession(model, type);
+    auto user = c->Load(path);
+    ASSERT_TRUE(user.ok()) << user.status().ToString();
+    EXPECT_EQ(*user, "the app's state");
+    EXPECT_EQ(History(*c), History(*b));
+    EXPECT_EQ(std::vector<float>(c->last_logits().begin(), c->last_logits().end()),
+              std::vector<float>(b->last_logits().begin(), b->last_logits().end()));
+    auto resumed = c->Generate(SecondPrompt(first->tokens), Greedy(24));
+    ASSERT_TRUE(resumed.ok());
+    EXPECT_EQ(resumed->tokens, second->tokens) << KvTypeName(type);
+    // Only the new tokens were evaluated: the saved keys and values were used.
+    EXPECT_EQ(resumed->n_reused_tokens, static_cast<int32_t>(b->history().size()))
+        << KvTypeName(type);
+    EXPECT_EQ(resumed->n_reused_tokens, second->n_reused_tokens);
+  }
+}
+
+TEST(SessionFileTest, AnEmptySessionRoundTrips) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  const std::string path = Dir() + "/empty.session";
+  auto a = NewSession(model, KvType::kF16);
+  ASSERT_TRUE(a->Save(path).ok());
+  auto b = NewSession(model, KvType::kF16);
+  ASSERT_TRUE(b->Generate(kFirst, Greedy(4)).ok());
+  auto user = b->Load(path);
+  ASSERT_TRUE(user.ok()) << user.status().ToString();
+  EXPECT_EQ(*user, "");
+  EXPECT_TRUE(b->history().empty());
+}
+
+// Loads `path` into a session holding a context; expects an error naming every needle, and the
+// session's context unchanged.
+void ExpectRefused(Session& s, const std::string& path,
+                   std::initializer_list<std::string> needles) {
+  const std::vector<int32_t> before = History(s);
+  auto r = s.Load(path);
+  ASSERT_FALSE(r.ok()) << path;
+  for (const std::string& needle : needles)
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(History(s), before) << r.status().ToString();
+}
+
+std::string Bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(SessionFileTest, ErrorsNameTheProblemAndLeaveTheSessionAsItWas) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  const std::string path = Dir() + "/good.session";
+  auto a = NewSession(model, KvType::kF16);
+  ASSERT_TRUE(a->Generate(kFirst, Greedy(40)).ok());
+  ASSERT_TRUE(a->Save(path).ok());
+  auto s = NewSession(model, KvType::kF16);
+  ASSERT_TRUE(s->Generate(kSecond, Greedy(3)).ok());
+  // Another KV type, a context too small for it.
+  auto q8 = NewSession(model, KvType::kQ8);
+  ASSERT_TRUE(q8->Generate(kSecond, Greedy(3)).ok());
+  ExpectRefused(*q8, path, {path, "kv_type", "f16"});
+  auto small = NewSession(model, KvType::kF16, 32);
+  ASSERT_TRUE(small->Generate(kSecond, Greedy(3)).ok());
+  ExpectRefused(*small, path, {path, "holds 47 tokens", "context is 32"});
+  // Another model of another shape.
+  const std::string other_path = Dir() + "/tiny.gguf";
+  auto c = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(c.ok());
+  SyntheticOptions o;
+  o.config = *c;
+  ASSERT_TRUE(WriteSyntheticGguf(o, other_path).ok());
+  auto other = Model::Load(other_path);
+  ASSERT_TRUE(other.ok());
+  auto t = NewSession(*other, KvType::kF16);
+  ASSERT_TRUE(t->Generate(kSecond, Greedy(3)).ok());
+  ExpectRefused(*t, path, {path, "architecture"});
+  // Truncated, extended, damaged, not a session file.
+  const std::string good = Bytes(path);
+  const std::string bad = Dir() + "/bad.session";
+  WriteBytes(bad, good.substr(0, good.size() / 2));
+  ExpectRefused(*s, bad, {bad, "truncated"});
+  WriteBytes(bad, good + "x");
+  ExpectRefused(*s, bad, {bad, "extended"});
+  std::string flipped = good;
+  flipped[flipped.size() - 100] ^= 0x10;
+  WriteBytes(bad, flipped);
+  ExpectRefused(*s, bad, {bad, "checksum"});
+  WriteBytes(bad, "not a session");
+  ExpectRefused(*s, bad, {bad, "not a pocket session"});
+  ExpectRefused(*s, Dir() + "/missing.session", {"missing.session"});
+  // Save never leaves a partial file: a directory that does not exist is an error.
+  EXPECT_FALSE(s->Save(Dir() + "/no/such/dir/x.session").ok());
+}
+
+}  // namespace
+}  // namespace pocket
