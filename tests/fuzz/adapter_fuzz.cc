@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (a.ok()) {
     uint8_t sink = 0;
     for (int32_t l = 0; l < (*a)->n_layers(); ++l) {
-      for (int t = 0; t < pocket::kLoraTargets; ++t) {
+      for (int t = 0; t < pocket::kLoraAllTargets; ++t) {  // the embedding and output too
         const pocket::LoraPair& p = (*a)->pair(l, static_cast<pocket::LoraTarget>(t));
         if (!p.present()) continue;
         const pocket::WeightMatrix& w = p.a;
