@@ -140,7 +140,8 @@ Command AddChatCommand(CLI::App& root) {
   app->add_option("--session", *session_path,
                   "resume the conversation saved in FILE when it exists, and save it there after "
                   "every reply (its messages and the model's keys and values: the next run "
-                  "continues without evaluating the history again)");
+                  "continues without evaluating the history again; the same model, --kv-type "
+                  "and adapters are required)");
   SetExamples(app, {"pocket chat -m model.pocket --session chat.session",
                     "pocket chat -m model.gguf --system \"Answer briefly.\" --no-think",
                     "pocket chat -m model.pocket --lora task.pocket   (then /lora other.pocket "

@@ -164,7 +164,8 @@ POCKET_API pocket_status pocket_adapter_load(const pocket_model* model, const ch
                                              pocket_adapter** out_adapter, pocket_error* err);
 POCKET_API void pocket_adapter_free(pocket_adapter* adapter);
 /* What the adapter holds: the largest rank, the number of adapted matrices, the bytes of its
- * factors and the targets ("q,k,v,o,gate,up,down"; valid while the adapter lives). */
+ * factors and the targets ("q,k,v,o,gate,up,down", then "embed" and "lm_head" when it adapts the
+ * token embedding or the output matrix; valid while the adapter lives). */
 POCKET_API int32_t pocket_adapter_max_rank(const pocket_adapter* adapter);
 POCKET_API int32_t pocket_adapter_n_matrices(const pocket_adapter* adapter);
 POCKET_API uint64_t pocket_adapter_bytes(const pocket_adapter* adapter);

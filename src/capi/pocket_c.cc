@@ -321,15 +321,12 @@ pocket_status pocket_session_load(pocket_session* session, const char* path, voi
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "session and path must not be NULL, nor user_data when capacity > 0");
     }
-    auto needed = pocket::Session::SavedUserDataBytes(path);
-    if (!needed.ok()) return Report(err, needed.status());
-    if (n_user_data != nullptr) *n_user_data = static_cast<size_t>(*needed);
-    if (*needed > capacity) {
-      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL,
-                  std::string(path) + ": the user data needs " + std::to_string(*needed) +
-                      " bytes, the buffer holds " + std::to_string(capacity));
+    uint64_t needed = UINT64_MAX;
+    auto data = session->session->Load(path, capacity, &needed);
+    if (needed != UINT64_MAX && n_user_data != nullptr) *n_user_data = static_cast<size_t>(needed);
+    if (!data.ok() && needed != UINT64_MAX && needed > capacity) {
+      return Fail(err, POCKET_ERR_BUFFER_TOO_SMALL, data.status().message());
     }
-    auto data = session->session->Load(path);
     if (!data.ok()) return Report(err, data.status());
     if (!data->empty()) std::memcpy(user_data, data->data(), data->size());
     if (n_user_data != nullptr) *n_user_data = data->size();

@@ -872,7 +872,8 @@ StatusOr<ConvertReport> ConvertAdapter(const std::string& input, const std::stri
   ConvertGroupReport g;
   g.group = "adapter";
   for (int32_t l = 0; l < adapter->n_layers(); ++l) {
-    for (int t = 0; t < kLoraTargets; ++t) {
+    for (int t = 0; t < kLoraAllTargets; ++t) {
+      if (l > 0 && t >= kLoraTargets) continue;  // the embedding's and output's pairs once
       const LoraPair& p = adapter->pair(l, static_cast<LoraTarget>(t));
       if (p.present()) g.n_weights += p.a.rows * p.a.cols + p.bt.rows * p.bt.cols;
     }

@@ -552,8 +552,9 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
       std::memcpy(&scale, scales->data + (static_cast<size_t>(layer) * kLoraTargets + ti) * 4, 4);
     }
     if (!std::isfinite(scale)) {
-      return InvalidArgumentError(path, ": tensor ", kScalesTensor, " holds ", scale, " for ",
-                                  ta->name);
+      return InvalidArgumentError(path, ": tensor ",
+                                  IsLayerTarget(target) ? kScalesTensor : kGlobalScalesTensor,
+                                  " holds ", scale, " for ", ta->name);
     }
     LoraPair& p = a->mutable_pair(layer, target);
     p.a = MatrixView(*ta);

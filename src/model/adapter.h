@@ -144,7 +144,7 @@ class LoraAdapter {
   size_t bytes_ = 0;
   ClassifierHead head_;
   std::shared_ptr<const void> storage_;            // the mapped file the A factors live in
-  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // the transposed B factors
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // factors copied at load (PEFT, GGUF)
 };
 
 // An adapter in use, with the user's scale (multiplies the adapter's own).
@@ -158,14 +158,16 @@ using AdapterSet = std::vector<AdapterUse>;
 // Two sets compute the same (the same adapters, in the same order, with the same scales).
 bool SameAdapters(const AdapterSet& a, const AdapterSet& b);
 // Floats of the rank-sized intermediate the forward pass needs per row for `set`: the largest,
-// over projections, of the sum of the ranks of every part (Q, K and V count together).
+// over the matrices (the embedding and the output matrix too), of the sum of the ranks of every
+// part (Q, K and V count together).
 int64_t AdapterMidFloats(const AdapterSet& set);
 // "a.lora:0.5,b" for messages and --json.
 std::string AdapterSetName(const AdapterSet& set);
 
-// A synthetic adapter in PEFT's layout (pocket make-adapter): for every layer and target,
-// lora_A [rank, in] uniform in +-1/sqrt(in) and lora_B [out, rank] uniform in +-init/sqrt(rank)
-// (PEFT starts B at zero; a test needs a term that changes the output), deterministic for a seed.
+// A synthetic adapter in PEFT's layout (pocket make-adapter): for every layer and projection
+// target (and once for embed / lm_head), lora_A [rank, in] uniform in +-1/sqrt(in) (+-1 for the
+// embedding, whose input is one-hot) and lora_B [out, rank] uniform in +-init/sqrt(rank) (PEFT
+// starts B at zero; a test needs a term that changes the output), deterministic for a seed.
 struct SyntheticAdapterOptions {
   ModelConfig base;
   int32_t rank = 16;
@@ -218,7 +220,7 @@ struct AdapterFileInfo {
   int64_t n_tensors = 0;
   int32_t n_pairs = 0;   // (layer, target) pairs with an A factor
   int32_t n_layers = 0;  // the largest layer index + 1
-  std::string targets;   // "q,k,v,o,gate,up,down" (those present)
+  std::string targets;   // "q,k,v,o,gate,up,down,embed,lm_head" (those present)
   int32_t min_rank = 0, max_rank = 0;
   double alpha = -1;  // lora_alpha / adapter.lora.alpha; -1 when the file gives none
   bool rslora = false;

@@ -150,12 +150,15 @@ class Session {
   // keeps no state between calls (each Generate seeds its own sampler), so there is none to save.
   Status Save(const std::string& path, std::string_view user_data = {}) const;
   // Makes the context the one `path` holds and returns its user data. The file must come from the
-  // same model (its fingerprint and shapes), with the same KV type and adapter set, and fit this
-  // session's context; every byte is checked (size, checksum) before the session changes, so an
-  // error leaves it as it was and names the file and the field.
-  StatusOr<std::string> Load(const std::string& path);
-  // The size of the user data a session file holds (its header read, nothing else checked).
-  static StatusOr<uint64_t> SavedUserDataBytes(const std::string& path);
+  // same model (its fingerprint, shapes and a sample of its weights), with the same KV type and
+  // adapter set (paths, exact scales, a sample of their factors), and fit this session's context;
+  // every byte is checked (size, checksum) before the session changes, so an error leaves it as it
+  // was and names the file and the field. User data over max_user_data_bytes is refused
+  // (ResourceExhausted, session unchanged); *user_data_bytes, when given, receives its size once
+  // the header is read. A block drafter's hidden states are not saved: the first Generate with
+  // one after a Load evaluates the history again to rebuild them.
+  StatusOr<std::string> Load(const std::string& path, uint64_t max_user_data_bytes = UINT64_MAX,
+                             uint64_t* user_data_bytes = nullptr);
 
   // Forgets the context.
   void Reset() {

@@ -2,6 +2,7 @@
 // files"). The keys and values are written through the KV cache's accessors (KvHeadView), so the
 // file's layout does not depend on how the cache places its blocks.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -29,11 +30,69 @@ uint64_t HeadBytes(const KvHeadView& h, int64_t n) {
   return bytes;
 }
 
+// 16 hex digits.
+std::string Hex64(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
+// CRC-32C of the first and last 4 KiB of some bytes (a cheap content check: two encodings of one
+// model, or a model and the same model with an adapter merged, differ there).
+uint32_t SampleCrc(const uint8_t* data, size_t n, uint32_t crc) {
+  if (data == nullptr || n == 0) return crc;
+  const size_t k = std::min<size_t>(n, 4096);
+  return Crc32c(data + n - k, k, Crc32c(data, k, crc));
+}
+
+// The weights the keys and values were computed with: the fingerprint's shapes and norms are not
+// enough (re-quantization and merges keep both).
+std::string WeightsDigest(const Model& model) {
+  const ModelWeights& w = model.weights();
+  uint32_t crc = 0;
+  auto add = [&crc](const Linear& l) {
+    if (l.present()) crc = SampleCrc(l.packed ? l.p.data : l.w.data, l.bytes(), crc);
+  };
+  add(w.token_embd);
+  add(w.output);
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* m :
+         {&l.qkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate_up, &l.w_gate, &l.w_up, &l.w_down}) {
+      add(*m);
+    }
+  }
+  return Hex64(crc);
+}
+
+// The adapter set as the keys and values depend on it: each adapter's path, exact scale and a
+// sample of its factors.
+std::string AdaptersKey(const AdapterSet& set) {
+  std::string key;
+  for (const AdapterUse& u : set) {
+    uint32_t crc = 0;
+    for (int32_t l = 0; l < u.adapter->n_layers(); ++l) {
+      for (int t = 0; t < kLoraAllTargets; ++t) {
+        if (l > 0 && t >= kLoraTargets) continue;  // the embedding's and output's pairs once
+        const LoraPair& p = u.adapter->pair(l, static_cast<LoraTarget>(t));
+        if (!p.present()) continue;
+        crc = SampleCrc(p.a.data, p.a.row_bytes * static_cast<size_t>(p.a.rows), crc);
+        crc = SampleCrc(p.bt.data, p.bt.row_bytes * static_cast<size_t>(p.bt.rows), crc);
+      }
+    }
+    uint32_t scale_bits;
+    std::memcpy(&scale_bits, &u.scale, 4);
+    key +=
+        StrCat(key.empty() ? "" : ";", u.adapter->path(), "@", Hex64(scale_bits), "#", Hex64(crc));
+  }
+  return key;
+}
+
 // A writer that keeps the running checksum of everything written.
 struct CheckedWriter {
   OutputFile& f;
   uint32_t crc = 0;
   Status Write(const void* data, size_t n) {
+    if (n == 0) return Status::Ok();  // (data may be null then)
     crc = Crc32c(data, n, crc);
     return f.Write(data, n);
   }
@@ -55,10 +114,13 @@ Status Session::Save(const std::string& path, std::string_view user_data) const 
   j["vocab_size"] = c.vocab_size;
   j["kv_type"] = std::string(KvTypeName(kv_.type()));
   j["n_tokens"] = n;
+  j["weights_digest"] = WeightsDigest(*model_);
   j["adapters"] = AdapterSetName(adapters_);
+  j["adapters_key"] = AdaptersKey(adapters_);
   j["has_logits"] = has_logits;
   j["user_data_bytes"] = user_data.size();
-  const std::string header = j.dump();
+  // Paths need not be UTF-8: invalid bytes are replaced in the header (the key compares alike).
+  const std::string header = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   POCKET_ASSIGN_OR_RETURN(OutputFile f, OutputFile::Create(path));
   CheckedWriter w{f};
   POCKET_RETURN_IF_ERROR(w.Write(kMagic, sizeof kMagic));
@@ -68,31 +130,32 @@ Status Session::Save(const std::string& path, std::string_view user_data) const 
   POCKET_RETURN_IF_ERROR(w.Write(history_.data(), history_.size() * sizeof(int32_t)));
   if (has_logits) POCKET_RETURN_IF_ERROR(w.Write(logits_.data(), logits_.size() * sizeof(float)));
   POCKET_RETURN_IF_ERROR(w.Write(user_data.data(), user_data.size()));
-  std::vector<uint8_t> block;
+  // Each head's bytes gathered into one buffer, one write per head.
+  std::vector<uint8_t> buf;
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     for (int32_t g = 0; g < c.n_kv_heads; ++g) {
       const KvHeadView h = kv_.head(layer, g);
       const int64_t eb = h.ElementBytes(), blocks = (n + kKvBlockPositions - 1) / kKvBlockPositions;
-      block.resize(static_cast<size_t>(h.BlockBytes()));
-      for (int64_t b = 0; b < blocks; ++b) {
-        std::memcpy(block.data(), h.KeyBlock<uint8_t>(b), block.size());
+      buf.resize(static_cast<size_t>(HeadBytes(h, n)));
+      uint8_t* out = buf.data();
+      for (int64_t b = 0; b < blocks; ++b, out += h.BlockBytes()) {
+        std::memcpy(out, h.KeyBlock<uint8_t>(b), static_cast<size_t>(h.BlockBytes()));
         const int64_t used = std::min<int64_t>(kKvBlockPositions, n - b * kKvBlockPositions);
         for (int32_t d = 0; d < h.head_dim && used < kKvBlockPositions; ++d) {  // unused lanes
-          std::memset(block.data() + (d * kKvBlockPositions + used) * eb, 0,
+          std::memset(out + (d * kKvBlockPositions + used) * eb, 0,
                       static_cast<size_t>((kKvBlockPositions - used) * eb));
         }
-        POCKET_RETURN_IF_ERROR(w.Write(block.data(), block.size()));
       }
-      for (int64_t pos = 0; pos < n; ++pos) {
-        POCKET_RETURN_IF_ERROR(
-            w.Write(h.ValueRow<uint8_t>(pos), static_cast<size_t>(h.head_dim * eb)));
+      for (int64_t pos = 0; pos < n; ++pos, out += h.head_dim * eb) {
+        std::memcpy(out, h.ValueRow<uint8_t>(pos), static_cast<size_t>(h.head_dim * eb));
       }
       if (h.type == KvType::kQ8) {
-        for (int64_t pos = 0; pos < n; ++pos)
-          POCKET_RETURN_IF_ERROR(w.Write(h.KeyScale(pos), sizeof(float)));
-        for (int64_t pos = 0; pos < n; ++pos)
-          POCKET_RETURN_IF_ERROR(w.Write(h.ValueScale(pos), sizeof(float)));
+        for (int64_t pos = 0; pos < n; ++pos, out += sizeof(float))
+          std::memcpy(out, h.KeyScale(pos), sizeof(float));
+        for (int64_t pos = 0; pos < n; ++pos, out += sizeof(float))
+          std::memcpy(out, h.ValueScale(pos), sizeof(float));
       }
+      POCKET_RETURN_IF_ERROR(w.Write(buf.data(), buf.size()));
     }
   }
   const uint32_t crc = w.crc;
@@ -100,30 +163,8 @@ Status Session::Save(const std::string& path, std::string_view user_data) const 
   return f.Commit();
 }
 
-StatusOr<uint64_t> Session::SavedUserDataBytes(const std::string& path) {
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  const uint8_t* data = file->data();
-  const size_t size = file->size();
-  if (size < sizeof kMagic + 8 + 4 || std::memcmp(data, kMagic, sizeof kMagic) != 0) {
-    return InvalidArgumentError(path, ": not a pocket session file (no POCKETSS magic)");
-  }
-  uint32_t sizes[2];
-  std::memcpy(sizes, data + sizeof kMagic, sizeof sizes);
-  const size_t header_at = sizeof kMagic + sizeof sizes;
-  if (sizes[0] != kVersion || sizes[1] > size - header_at - 4) {
-    return DataLossError(path, ": a session header of version ", sizes[0], " and ", sizes[1],
-                         " bytes does not fit the file's ", size);
-  }
-  nlohmann::json j = nlohmann::json::parse(data + header_at, data + header_at + sizes[1], nullptr,
-                                           /*allow_exceptions=*/false);
-  auto it = j.is_object() ? j.find("user_data_bytes") : j.end();
-  if (!j.is_object() || it == j.end() || !it->is_number_unsigned()) {
-    return InvalidArgumentError(path, ": field user_data_bytes is missing or not a size");
-  }
-  return it->get<uint64_t>();
-}
-
-StatusOr<std::string> Session::Load(const std::string& path) {
+StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_data_bytes,
+                                    uint64_t* user_data_bytes) {
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   const uint8_t* data = file->data();
   const size_t size = file->size();
@@ -165,8 +206,12 @@ StatusOr<std::string> Session::Load(const std::string& path) {
     return Status::Ok();
   };
   const ModelConfig& c = model_->config();
-  std::string arch, fingerprint, kv_type, adapters;
+  std::string format, arch, fingerprint, weights, kv_type, adapters, adapters_key;
+  POCKET_RETURN_IF_ERROR(string_field("format", &format));
+  if (format != "pocket session") return field_error("format", "is \"", format, "\"");
   POCKET_RETURN_IF_ERROR(string_field("architecture", &arch));
+  POCKET_RETURN_IF_ERROR(string_field("weights_digest", &weights));
+  POCKET_RETURN_IF_ERROR(string_field("adapters_key", &adapters_key));
   POCKET_RETURN_IF_ERROR(string_field("base_fingerprint", &fingerprint));
   POCKET_RETURN_IF_ERROR(string_field("kv_type", &kv_type));
   POCKET_RETURN_IF_ERROR(string_field("adapters", &adapters));
@@ -190,11 +235,17 @@ StatusOr<std::string> Session::Load(const std::string& path) {
   auto state_error = [&](std::string_view key, const auto&... what) {
     return FailedPreconditionError(path, ": field ", key, " ", what...);
   };
+  if (weights != WeightsDigest(*model_)) {
+    return field_error("weights_digest", "is \"", weights, "\" but the model's is \"",
+                       WeightsDigest(*model_),
+                       "\": the session was saved with other weights of this model (another "
+                       "encoding, or adapters merged)");
+  }
   if (kv_type != KvTypeName(kv_.type())) {
     return state_error("kv_type", "is ", kv_type, " but this session's cache is ",
                        KvTypeName(kv_.type()), " (open it with --kv-type ", kv_type, ")");
   }
-  if (adapters != AdapterSetName(adapters_)) {
+  if (adapters_key != AdaptersKey(adapters_)) {
     return state_error("adapters", "is \"", adapters, "\" but this session applies \"",
                        AdapterSetName(adapters_), "\": the keys and values depend on them");
   }
@@ -206,8 +257,12 @@ StatusOr<std::string> Session::Load(const std::string& path) {
     return field_error("has_logits", "is missing or not a boolean");
   }
   const bool has_logits = logits_it->get<bool>();
-  if (n < 0 || user_bytes < 0 || (has_logits && n == 0)) {
-    return field_error("n_tokens", "is ", n, " (user_data_bytes ", user_bytes, ")");
+  if (n < 0 || (has_logits && n == 0)) {
+    return field_error("n_tokens", "is ", n, has_logits ? " with logits" : "");
+  }
+  if (user_bytes < 0 || static_cast<uint64_t>(user_bytes) > size) {
+    return field_error("user_data_bytes", "is ", user_bytes, ", more than the file's ", size,
+                       " bytes");
   }
   if (n > kv_.n_ctx()) {
     return OutOfRangeError(path, ": the saved context holds ", n,
@@ -239,17 +294,24 @@ StatusOr<std::string> Session::Load(const std::string& path) {
                                   ", outside the vocabulary (0 to ", c.vocab_size - 1, ")");
     }
   }
-  // Everything checked: the session changes from here on.
+  if (user_data_bytes != nullptr) *user_data_bytes = static_cast<uint64_t>(user_bytes);
+  if (static_cast<uint64_t>(user_bytes) > max_user_data_bytes) {
+    return ResourceExhaustedError(path, ": the user data needs ", user_bytes,
+                                  " bytes, the buffer holds ", max_user_data_bytes);
+  }
+  const uint8_t* user_at = at + n * static_cast<int64_t>(sizeof(int32_t)) +
+                           (has_logits ? static_cast<int64_t>(c.vocab_size * sizeof(float)) : 0);
+  std::string user_data(reinterpret_cast<const char*>(user_at), static_cast<size_t>(user_bytes));
+  // Everything checked (and allocated): the session changes from here on.
   Reset();
   history_.resize(static_cast<size_t>(n));
-  std::memcpy(history_.data(), at, static_cast<size_t>(n) * sizeof(int32_t));
+  if (n > 0) std::memcpy(history_.data(), at, static_cast<size_t>(n) * sizeof(int32_t));
   at += n * static_cast<int64_t>(sizeof(int32_t));
   if (has_logits) {
     std::memcpy(logits_.data(), at, logits_.size() * sizeof(float));
     at += logits_.size() * sizeof(float);
     logits_at_ = history_.size();
   }
-  std::string user_data(reinterpret_cast<const char*>(at), static_cast<size_t>(user_bytes));
   at += user_bytes;
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     for (int32_t g = 0; g < c.n_kv_heads; ++g) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "model/adapter.h"
 #include "model/synthetic.h"
 #include "runtime/session.h"
 
@@ -162,6 +163,56 @@ TEST(SessionFileTest, ErrorsNameTheProblemAndLeaveTheSessionAsItWas) {
   auto t = NewSession(*other, KvType::kF16);
   ASSERT_TRUE(t->Generate(kSecond, Greedy(3)).ok());
   ExpectRefused(*t, path, {path, "architecture"});
+  // The same model with its weights in another form (a Q8_0 file repacked for the int8 kernels,
+  // and kept as float blocks: the fingerprint of shapes and norms matches, the weights differ and
+  // so do the keys and values), and another adapter set.
+  const std::string q8_path = Dir() + "/tiny-q8.gguf";
+  o.weight_type = DType::kQ8_0;
+  ASSERT_TRUE(WriteSyntheticGguf(o, q8_path).ok());
+  LoadOptions dense;
+  dense.repack = false;
+  auto f32_model = Model::Load(q8_path, dense), q8_model = Model::Load(q8_path);
+  ASSERT_TRUE(f32_model.ok() && q8_model.ok());
+  auto saver = NewSession(*f32_model, KvType::kF16);
+  ASSERT_TRUE(saver->Generate(kFirst, Greedy(4)).ok());
+  const std::string tiny_path = Dir() + "/tiny.session";
+  ASSERT_TRUE(saver->Save(tiny_path).ok());
+  auto q8_session = NewSession(*q8_model, KvType::kF16);
+  ExpectRefused(*q8_session, tiny_path, {tiny_path, "weights_digest"});
+  const std::string adapter_dir = Dir() + "/adapter";
+  std::filesystem::create_directories(adapter_dir);
+  SyntheticAdapterOptions ao;
+  ao.base = (*f32_model)->config();
+  ao.rank = 4;
+  ao.targets = {LoraTarget::kV, LoraTarget::kOutput};
+  ASSERT_TRUE(WriteSyntheticAdapter(ao, adapter_dir).ok());
+  auto adapter = LoraAdapter::Load(adapter_dir, **f32_model);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  auto adapted = NewSession(*f32_model, KvType::kF16);
+  ASSERT_TRUE(adapted->SetAdapters({{*adapter, 0.5f}}).ok());
+  ExpectRefused(*adapted, tiny_path, {tiny_path, "adapters"});
+  ASSERT_TRUE(adapted->Generate(kFirst, Greedy(4)).ok());
+  const std::string adapted_path = Dir() + "/adapted.session";
+  ASSERT_TRUE(adapted->Save(adapted_path).ok());
+  auto other_scale = NewSession(*f32_model, KvType::kF16);
+  ASSERT_TRUE(other_scale->SetAdapters({{*adapter, 0.25f}}).ok());
+  ExpectRefused(*other_scale, adapted_path, {adapted_path, "adapters"});
+  ASSERT_TRUE(other_scale->SetAdapters({{*adapter, 0.5f}}).ok());
+  EXPECT_TRUE(other_scale->Load(adapted_path).ok());
+  // User data larger than the caller takes: refused before anything changes, its size reported.
+  const std::string with_data = Dir() + "/with-data.session";
+  ASSERT_TRUE(saver->Save(with_data, "0123456789").ok());
+  auto reader = NewSession(*f32_model, KvType::kF16);
+  ASSERT_TRUE(reader->Generate(kSecond, Greedy(2)).ok());
+  const std::vector<int32_t> before = History(*reader);
+  uint64_t needed = 0;
+  auto small_buffer = reader->Load(with_data, 4, &needed);
+  EXPECT_FALSE(small_buffer.ok());
+  EXPECT_EQ(needed, 10u);
+  EXPECT_EQ(History(*reader), before);
+  auto fits = reader->Load(with_data, 10, &needed);
+  ASSERT_TRUE(fits.ok());
+  EXPECT_EQ(*fits, "0123456789");
   // Truncated, extended, damaged, not a session file.
   const std::string good = Bytes(path);
   const std::string bad = Dir() + "/bad.session";
