@@ -167,6 +167,9 @@ class Session {
   }
 
  private:
+  // The batched engine (engine.h) drives a session's steps from outside: its prefill chunks and
+  // decode rows go into the engine's batches, its token steps use the session's buffers.
+  friend class Engine;
   Session(std::shared_ptr<const Model> model, KvCache kv, ForwardScratch scratch, int32_t n_batch,
           std::shared_ptr<ThreadPool> pool);
   // One forward pass of `tokens` at the end of the history (without updating it): outputs for

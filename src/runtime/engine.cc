@@ -1,0 +1,306 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "base/timer.h"
+#include "runtime/token_step.h"
+
+namespace pocket {
+
+struct Engine::Request {
+  enum class Phase {
+    kPrefill,  // prompt[at, end) still to evaluate
+    kReady,    // the session's logits are those after its last token: a token step is due
+    kDecode,   // `pending` is to be evaluated
+    kDone,
+  };
+  int64_t id = 0;
+  Session* session = nullptr;
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  StreamCallback on_text;
+  GenerateResult result;
+  Status status;
+  std::unique_ptr<TokenStep> step;  // made when the prompt is in the cache (as Generate does)
+  Phase phase = Phase::kPrefill;
+  size_t at = 0;  // the next prompt token to evaluate
+  int32_t pending = -1;
+  int32_t n_decoded = 0;  // token steps taken (Generate's loop counter)
+  Stopwatch watch;
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool,
+               ForwardScratch scratch, const EngineOptions& options)
+    : model_(std::move(model)),
+      pool_(std::move(pool)),
+      scratch_(std::move(scratch)),
+      options_(options) {
+  const size_t rows = static_cast<size_t>(options.max_chunk + options.max_requests);
+  tokens_.reserve(rows);
+  segments_.reserve(static_cast<size_t>(options.max_requests));
+  out_rows_.reserve(static_cast<size_t>(options.max_requests));
+  in_batch_.reserve(static_cast<size_t>(options.max_requests));
+  requests_.reserve(static_cast<size_t>(options.max_requests));
+  logits_.resize(static_cast<size_t>(options.max_requests) *
+                 static_cast<size_t>(model_->config().vocab_size));
+}
+
+Engine::~Engine() {
+  // A request abandoned without Take: its cancel request must not leak into the session's next
+  // call.
+  for (auto& r : requests_) r->session->cancel_.store(false, std::memory_order_relaxed);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
+                                                 std::shared_ptr<ThreadPool> pool,
+                                                 const EngineOptions& options) {
+  if (!model) return InvalidArgumentError("no model");
+  if (!pool) return InvalidArgumentError("no thread pool");
+  if (options.max_requests <= 0 || options.max_requests > 1024) {
+    return InvalidArgumentError("the engine's request limit must be 1 to 1024, got ",
+                                options.max_requests);
+  }
+  if (options.max_chunk <= 0) return InvalidArgumentError("the engine's chunk must be positive");
+  POCKET_ASSIGN_OR_RETURN(
+      ForwardScratch scratch,
+      ForwardScratch::Create(*model, options.max_chunk + options.max_requests, pool->n_threads()));
+  return std::unique_ptr<Engine>(
+      new Engine(std::move(model), std::move(pool), std::move(scratch), options));
+}
+
+StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prompt,
+                                 const GenerateOptions& options, StreamCallback on_text) {
+  if (session == nullptr) return InvalidArgumentError("no session");
+  if (&session->model() != model_.get()) {
+    return InvalidArgumentError("the session belongs to another model than the engine's");
+  }
+  if (session->pool_ != pool_) {
+    return InvalidArgumentError("the session computes on another thread pool than the engine's");
+  }
+  if (options.drafter != nullptr) {
+    return UnimplementedError("speculative decoding is not batched: run it with Session::Generate");
+  }
+  POCKET_RETURN_IF_ERROR(options.sampling.Validate());
+  if (options.max_tokens < 0) return InvalidArgumentError("max tokens must be >= 0");
+  if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
+  if (session->n_batch_ > options_.max_chunk) {
+    return InvalidArgumentError("the session's prefill chunk of ", session->n_batch_,
+                                " tokens exceeds the engine's ", options_.max_chunk);
+  }
+  if (prompt.size() > static_cast<size_t>(session->kv_.n_ctx())) {
+    return OutOfRangeError("the prompt is ", prompt.size(), " tokens, longer than the context of ",
+                           session->kv_.n_ctx(), " tokens");
+  }
+  const int32_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return InvalidArgumentError("prompt token ", i, " is ", prompt[i],
+                                  ", outside the vocabulary of ", vocab);
+    }
+  }
+  for (const auto& r : requests_) {
+    if (r->session == session) {
+      return FailedPreconditionError("the session is in request ", r->id, " already");
+    }
+  }
+  if (static_cast<int32_t>(requests_.size()) >= options_.max_requests) {
+    return ResourceExhaustedError("the engine holds ", requests_.size(),
+                                  " requests (active or not taken), its limit");
+  }
+  // The scratch's adapter buffers, sized for the set now (never on a step).
+  POCKET_RETURN_IF_ERROR(scratch_.ReserveAdapters(*model_, AdapterMidFloats(session->adapters_)));
+
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->session = session;
+  r->prompt.assign(prompt.begin(), prompt.end());
+  r->options = options;
+  r->on_text = std::move(on_text);
+  r->result.seed = options.sampling.seed;
+  // Session::PrefillPrompt's reuse: the common prefix with the context, less the last token when
+  // its logits are not at hand.
+  Session& s = *session;
+  size_t common = 0;
+  while (common < s.history_.size() && common < prompt.size() &&
+         s.history_[common] == prompt[common]) {
+    ++common;
+  }
+  if (common == prompt.size() && s.logits_at_ != common) --common;
+  r->result.n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
+  r->result.n_prompt_tokens = static_cast<int32_t>(prompt.size()) - r->result.n_reused_tokens;
+  s.Truncate(common);
+  r->at = common;
+  r->phase = common == prompt.size() ? Request::Phase::kReady : Request::Phase::kPrefill;
+  const int64_t id = r->id;
+  requests_.push_back(std::move(r));
+  return id;
+}
+
+void Engine::Finish(Request& r, bool run_finish) {
+  if (run_finish && r.step != nullptr && r.status.ok()) {
+    r.status = r.step->Finish(r.options.max_tokens);
+    r.result.decode_us = r.watch.elapsed_us();
+  }
+  r.phase = Request::Phase::kDone;
+  r.session->cancel_.store(false, std::memory_order_relaxed);
+}
+
+void Engine::Fail(Request& r, Status status) {
+  r.status = std::move(status);
+  Finish(r, false);
+}
+
+void Engine::Advance(Request& r) {
+  Session& s = *r.session;
+  if (r.step == nullptr) {
+    r.result.prefill_us = r.watch.elapsed_us();
+    r.watch.Reset();
+    r.step = std::make_unique<TokenStep>(*model_, r.options, r.on_text, &r.result, &s.masked_,
+                                         &s.mask_bits_);
+  }
+  // Generate's decode loop, one iteration.
+  if (r.n_decoded >= r.options.max_tokens) return Finish(r, true);
+  if (s.cancelled()) {
+    r.result.stop_reason = StopReason::kCancelled;
+    return Finish(r, true);
+  }
+  StatusOr<int32_t> token = r.step->Choose(s.logits_, s.history_);
+  if (!token.ok()) return Fail(r, token.status());
+  if (*token < 0) return Finish(r, true);
+  StatusOr<bool> go_on = r.step->Accept(*token);
+  if (!go_on.ok()) return Fail(r, go_on.status());
+  if (!*go_on) return Finish(r, true);
+  if (s.history_.size() >= static_cast<size_t>(s.kv_.n_ctx())) {
+    r.result.stop_reason = StopReason::kContextFull;
+    return Finish(r, true);
+  }
+  // The last token of the budget needs no forward pass: nothing samples from its logits.
+  if (r.n_decoded + 1 == r.options.max_tokens) return Finish(r, true);
+  ++r.n_decoded;
+  r.pending = *token;
+  r.phase = Request::Phase::kDecode;
+}
+
+StatusOr<int32_t> Engine::Step() {
+  for (auto& r : requests_) {
+    if (r->phase == Request::Phase::kReady) Advance(*r);
+  }
+  tokens_.clear();
+  segments_.clear();
+  out_rows_.clear();
+  in_batch_.clear();
+  const int32_t max_rows = scratch_.max_batch();
+  // Decode rows first (one each: they always fit), then prefill chunks while they fit.
+  for (auto& r : requests_) {
+    if (r->phase != Request::Phase::kDecode) continue;
+    Session& s = *r->session;
+    if (s.cancelled()) {
+      r->result.stop_reason = StopReason::kCancelled;
+      Finish(*r, true);
+      continue;
+    }
+    BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
+                     static_cast<int32_t>(tokens_.size()) + 1,
+                     static_cast<int32_t>(s.history_.size())};
+    seg.adapters = &s.adapters_;
+    tokens_.push_back(r->pending);
+    segments_.push_back(seg);
+    in_batch_.push_back(r.get());
+  }
+  last_decode_rows_ = static_cast<int32_t>(tokens_.size());
+  for (auto& r : requests_) {
+    if (r->phase != Request::Phase::kPrefill) continue;
+    Session& s = *r->session;
+    if (s.cancelled()) {  // as Generate: a prefill cancelled returns at once, no stream to finish
+      r->result.stop_reason = StopReason::kCancelled;
+      Finish(*r, false);
+      continue;
+    }
+    const size_t n = std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
+    if (tokens_.size() + n > static_cast<size_t>(max_rows)) continue;  // next step
+    BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
+                     static_cast<int32_t>(tokens_.size() + n),
+                     static_cast<int32_t>(s.history_.size())};
+    seg.adapters = &s.adapters_;
+    tokens_.insert(tokens_.end(), r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at),
+                   r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at + n));
+    segments_.push_back(seg);
+    in_batch_.push_back(r.get());
+  }
+  last_rows_ = static_cast<int32_t>(tokens_.size());
+  if (!tokens_.empty()) {
+    for (const BatchSegment& seg : segments_) out_rows_.push_back(seg.row_end - 1);
+    ForwardBatch batch;
+    batch.tokens = tokens_;
+    batch.segments = segments_;
+    batch.output_rows = out_rows_;
+    batch.logits = logits_.data();
+    const Status pass = Forward(*model_, scratch_, *pool_, batch);
+    const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+    for (size_t i = 0; i < in_batch_.size(); ++i) {
+      Request& r = *in_batch_[i];
+      if (!pass.ok()) {
+        Fail(r, pass);
+        continue;
+      }
+      Session& s = *r.session;
+      const BatchSegment& seg = segments_[i];
+      std::memcpy(s.logits_.data(), logits_.data() + i * vocab, vocab * sizeof(float));
+      s.history_.insert(s.history_.end(), tokens_.begin() + seg.row_begin,
+                        tokens_.begin() + seg.row_end);
+      s.logits_at_ = s.history_.size();
+      if (r.phase == Request::Phase::kPrefill) {
+        r.at += static_cast<size_t>(seg.n_rows());
+        if (r.options.on_prefill_progress) {
+          r.options.on_prefill_progress(static_cast<int32_t>(r.at),
+                                        static_cast<int32_t>(r.prompt.size()));
+        }
+        if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
+      } else {
+        r.phase = Request::Phase::kReady;
+      }
+    }
+  }
+  for (auto& r : requests_) {
+    if (r->phase == Request::Phase::kReady) Advance(*r);
+  }
+  return n_active();
+}
+
+Status Engine::Run() {
+  while (true) {
+    POCKET_ASSIGN_OR_RETURN(const int32_t active, Step());
+    if (active == 0) return Status::Ok();
+  }
+}
+
+int32_t Engine::n_active() const {
+  int32_t n = 0;
+  for (const auto& r : requests_) n += r->phase != Request::Phase::kDone ? 1 : 0;
+  return n;
+}
+
+bool Engine::done(int64_t id) const {
+  for (const auto& r : requests_) {
+    if (r->id == id) return r->phase == Request::Phase::kDone;
+  }
+  return false;
+}
+
+StatusOr<GenerateResult> Engine::Take(int64_t id) {
+  for (auto it = requests_.begin(); it != requests_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    if ((*it)->phase != Request::Phase::kDone) {
+      return FailedPreconditionError("request ", id, " is still running");
+    }
+    std::unique_ptr<Request> r = std::move(*it);
+    requests_.erase(it);
+    if (!r->status.ok()) return r->status;
+    return std::move(r->result);
+  }
+  return NotFoundError("no request ", id);
+}
+
+}  // namespace pocket

@@ -1,0 +1,109 @@
+// The batched engine: many sessions of one model generating together. Each Step runs ONE forward
+// pass over a ragged batch (model/forward.h): for every active request either its next prefill
+// chunk (the session's own n_batch, the chunking it uses alone) or its one pending decode token,
+// each a segment with its own KV cache, position and adapter set. Decode of N requests streams the
+// weights once instead of N times; a long prompt is prefilled a chunk per step, interleaved with
+// the others' decode steps; requests join (Submit) and leave (they finish or are cancelled)
+// between steps: continuous batching.
+//
+// A request computes exactly what Session::Generate computes alone: the forward pass chooses the
+// kernel form per segment and the chunks are the same, so the logits are the same bits, and the
+// token steps (mask, sampler, stop checks, stream; token_step.h) are the same code on them.
+// Speculative decoding is not batched (Submit refuses a drafter: use Session::Generate).
+//
+// An Engine is driven by one thread (Submit, Step, Take); Session::Cancel may come from any.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/scratch.h"
+#include "runtime/generate_types.h"
+#include "runtime/session.h"
+
+namespace pocket {
+
+struct EngineOptions {
+  // Requests that may be active at once; each step's batch holds at most one decode row for each.
+  int32_t max_requests = 16;
+  // The largest prefill chunk of a session submitted to the engine (its SessionOptions::n_batch).
+  // A step's batch holds up to max_chunk + max_requests rows, so a whole chunk always fits next
+  // to every decode row.
+  int32_t max_chunk = 512;
+};
+
+class Engine {
+ public:
+  // `pool` is the one the sessions of `model` share (MakeThreadPool).
+  static StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model,
+                                                  std::shared_ptr<ThreadPool> pool,
+                                                  const EngineOptions& options = {});
+
+  // Starts generating from `prompt` on `session` with `options`, as Session::Generate would (its
+  // context's common prefix with the prompt is reused, the rest prefilled). The session must be
+  // of the engine's model and is the request's until Take returns its result: nothing else may
+  // use it meanwhile but Cancel. Returns the request's id. Refuses (the session unchanged) a
+  // drafter, a session already in a request, one of another model, a prefill chunk larger than
+  // max_chunk, a full engine, token ids outside the vocabulary (naming the position), a prompt
+  // longer than the context. `on_text`, when given, is called from Step.
+  StatusOr<int64_t> Submit(Session* session, std::span<const int32_t> prompt,
+                           const GenerateOptions& options, StreamCallback on_text = nullptr);
+
+  // One forward pass over every active request (decode rows first, then prefill chunks in the
+  // order the requests came), and the token steps of those whose logits are ready. Returns the
+  // number of requests still active. An error of the pass itself fails the requests in it.
+  StatusOr<int32_t> Step();
+  // Steps until no request is active.
+  Status Run();
+
+  int32_t n_active() const;
+  // Whether request `id` has finished (its result waits for Take).
+  bool done(int64_t id) const;
+  // The result of a finished request, handing its session back (NotFound for an unknown id,
+  // FailedPrecondition while it runs).
+  StatusOr<GenerateResult> Take(int64_t id);
+
+  // Rows of the last step's batch, and of them decode rows (for benchmarks and tests).
+  int32_t last_rows() const { return last_rows_; }
+  int32_t last_decode_rows() const { return last_decode_rows_; }
+  // Bytes the engine holds (its scratch and logits buffer).
+  size_t memory_bytes() const { return scratch_.bytes() + logits_.capacity() * sizeof(float); }
+
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+ private:
+  struct Request;
+  Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool,
+         ForwardScratch scratch, const EngineOptions& options);
+  // The token step of a request whose logits are ready: choose, accept, stop checks.
+  void Advance(Request& r);
+  // Ends a request: the constraint's and stream's Finish, timings, the session's cancel request
+  // cleared.
+  void Finish(Request& r, bool run_finish);
+  void Fail(Request& r, Status status);
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<ThreadPool> pool_;
+  ForwardScratch scratch_;
+  EngineOptions options_;
+  int64_t next_id_ = 1;
+  std::vector<std::unique_ptr<Request>> requests_;  // in submission order (active and done)
+  // Per step (reserved once): the batch's tokens, segments, output rows, their requests, logits.
+  std::vector<int32_t> tokens_;
+  std::vector<BatchSegment> segments_;
+  std::vector<int32_t> out_rows_;
+  std::vector<Request*> in_batch_;
+  std::vector<float> logits_;
+  int32_t last_rows_ = 0;
+  int32_t last_decode_rows_ = 0;
+};
+
+}  // namespace pocket

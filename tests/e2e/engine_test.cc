@@ -1,0 +1,406 @@
+// The batched engine (runtime/engine.h) on the real stories260K model: every request of a batch of
+// 1 to 8, with different prompt lengths (several prefill chunks), sampling settings, constraints,
+// stop strings and budgets, produces token for token what Session::Generate produces alone;
+// requests that join while others decode, cancelled ones, and reuse of a session's context too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "generate/constraint.h"
+#include "model/adapter.h"
+#include "model/synthetic.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+const std::string kStories =
+    std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
+const std::string kTok = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/tok512.bin";
+
+std::shared_ptr<const Model> Stories() {
+  LoadOptions o;
+  o.tokenizer_path = kTok;
+  auto m = Model::Load(kStories, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+// One request of a test: its prompt and options (a constraint, when wanted, made per run).
+struct Case {
+  std::string prompt;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int32_t max_tokens = 40;
+  std::vector<std::string> stop;
+  std::vector<std::string> choices;  // a choice constraint when not empty
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> c(8);
+  c[0].prompt = "Once upon a time";
+  c[1].prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big tree";
+  c[1].max_tokens = 60;
+  c[2].prompt = "The cat";
+  c[2].temperature = 0.8f;
+  c[2].top_k = 20;
+  c[2].top_p = 0.9f;
+  c[2].seed = 7;
+  c[3].prompt = "Tom had a red ball. He threw it";
+  c[3].choices = {"to the dog", "at the wall", "up high"};
+  c[4].prompt = "One day, a boy named Tim went to the store with his mom. They wanted to buy";
+  c[4].stop = {"."};
+  c[4].max_tokens = 80;
+  c[5].prompt = "Lily";
+  c[5].temperature = 1.0f;
+  c[5].top_k = 0;
+  c[5].seed = 12345;
+  c[5].max_tokens = 30;
+  c[6].prompt =
+      "The sun was shining and the birds were singing. Sam and his sister went to the beach to "
+      "build a big sand castle. They had buckets and spades and a little flag for the top";
+  c[6].max_tokens = 1;
+  c[7].prompt = "A little bird";
+  c[7].max_tokens = 0;
+  return c;
+}
+
+struct Prepared {
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  std::unique_ptr<Constraint> constraint;
+};
+
+Prepared Prepare(const Model& model, const Case& c) {
+  Prepared p;
+  EncodeOptions enc;
+  enc.add_bos = model.tokenizer()->spec().add_bos;
+  auto ids = model.tokenizer()->Encode(c.prompt, enc);
+  EXPECT_TRUE(ids.ok());
+  p.prompt = *ids;
+  p.options.sampling.temperature = c.temperature;
+  p.options.sampling.top_k = c.top_k;
+  p.options.sampling.top_p = c.top_p;
+  p.options.sampling.seed = c.seed;
+  p.options.max_tokens = c.max_tokens;
+  p.options.stop_strings = c.stop;
+  if (!c.choices.empty()) {
+    auto k = MakeChoiceConstraint(*model.tokenizer(), c.choices);
+    EXPECT_TRUE(k.ok());
+    p.constraint = std::move(*k);
+    p.options.constraint = p.constraint.get();
+  }
+  return p;
+}
+
+struct Fixture {
+  Fixture() {
+    model = Stories();
+    auto p = MakeThreadPool(2);
+    EXPECT_TRUE(p.ok());
+    pool = *p;
+    EngineOptions eo;
+    eo.max_requests = 8;
+    eo.max_chunk = 16;
+    auto e = Engine::Create(model, pool, eo);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (e.ok()) engine = std::move(*e);
+  }
+  std::unique_ptr<Session> NewSession(int32_t n_batch = 16) {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_batch = n_batch;
+    so.pool = pool;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  GenerateResult Alone(const Case& c, std::vector<int32_t>* history = nullptr) {
+    auto s = NewSession();
+    Prepared p = Prepare(*model, c);
+    auto r = s->Generate(std::span<const int32_t>(p.prompt), p.options);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (history != nullptr) history->assign(s->history().begin(), s->history().end());
+    return r.ok() ? *r : GenerateResult{};
+  }
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<ThreadPool> pool;
+  std::unique_ptr<Engine> engine;
+};
+
+void ExpectSame(const GenerateResult& batched, const GenerateResult& alone, size_t i) {
+  EXPECT_EQ(batched.tokens, alone.tokens) << "request " << i;
+  EXPECT_EQ(batched.text, alone.text) << "request " << i;
+  EXPECT_EQ(batched.stop_reason, alone.stop_reason) << "request " << i;
+  EXPECT_EQ(batched.n_prompt_tokens, alone.n_prompt_tokens) << "request " << i;
+  EXPECT_EQ(batched.n_reused_tokens, alone.n_reused_tokens) << "request " << i;
+  EXPECT_EQ(batched.n_forced_tokens, alone.n_forced_tokens) << "request " << i;
+}
+
+TEST(EngineTest, EveryRequestOfABatchProducesWhatItProducesAlone) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  const std::vector<Case> cases = Cases();
+  std::vector<GenerateResult> alone;
+  std::vector<std::vector<int32_t>> histories(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) alone.push_back(f.Alone(cases[i], &histories[i]));
+  // The cases produce something to compare: several tokens, and not all the same.
+  EXPECT_GE(alone[1].tokens.size(), 20u);
+  EXPECT_NE(alone[0].tokens, alone[2].tokens);
+  EXPECT_TRUE(alone[6].tokens.size() == 1 && alone[7].tokens.empty());
+  for (size_t n : {1u, 2u, 3u, 5u, 8u}) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<Prepared> prepared;
+    std::vector<int64_t> ids;
+    std::vector<std::string> streamed(n);
+    for (size_t i = 0; i < n; ++i) {
+      sessions.push_back(f.NewSession());
+      prepared.push_back(Prepare(*f.model, cases[i]));
+      auto id = f.engine->Submit(sessions[i].get(), prepared[i].prompt, prepared[i].options,
+                                 [&streamed, i](std::string_view piece) {
+                                   streamed[i] += piece;
+                                   return true;
+                                 });
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ids.push_back(*id);
+    }
+    int32_t max_rows = 0;
+    while (true) {
+      auto active = f.engine->Step();
+      ASSERT_TRUE(active.ok()) << active.status().ToString();
+      max_rows = std::max(max_rows, f.engine->last_rows());
+      if (*active == 0) break;
+    }
+    if (n > 1) {
+      EXPECT_GT(max_rows, 16) << "requests were not batched";
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(f.engine->done(ids[i]));
+      auto r = f.engine->Take(ids[i]);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ExpectSame(*r, alone[i], i);
+      EXPECT_EQ(streamed[i], r->text) << "request " << i;
+      // The session continues as it would have: its context is the one alone leaves.
+      const std::vector<int32_t> history(sessions[i]->history().begin(),
+                                         sessions[i]->history().end());
+      EXPECT_EQ(history, histories[i]) << "request " << i;
+    }
+    EXPECT_EQ(f.engine->n_active(), 0);
+  }
+}
+
+TEST(EngineTest, RequestsJoinWhileOthersDecodeAndSessionsAreReused) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  const std::vector<Case> cases = Cases();
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<Prepared> prepared;
+  for (size_t i = 0; i < 6; ++i) {
+    sessions.push_back(f.NewSession());
+    prepared.push_back(Prepare(*f.model, cases[i]));
+  }
+  std::vector<int64_t> ids(6);
+  for (size_t i = 0; i < 2; ++i) {
+    auto id = f.engine->Submit(sessions[i].get(), prepared[i].prompt, prepared[i].options);
+    ASSERT_TRUE(id.ok());
+    ids[i] = *id;
+  }
+  // Four more join one by one while the first two decode (one of them a long prompt in chunks).
+  for (size_t i = 2; i < 6; ++i) {
+    for (int k = 0; k < 3; ++k) ASSERT_TRUE(f.engine->Step().ok());
+    auto id = f.engine->Submit(sessions[i].get(), prepared[i].prompt, prepared[i].options);
+    ASSERT_TRUE(id.ok());
+    ids[i] = *id;
+  }
+  ASSERT_TRUE(f.engine->Run().ok());
+  for (size_t i = 0; i < 6; ++i) {
+    auto r = f.engine->Take(ids[i]);
+    ASSERT_TRUE(r.ok());
+    ExpectSame(*r, f.Alone(cases[i]), i);
+  }
+  // A second request on session 1 extends its context: the common prefix is reused as alone.
+  Case more = cases[1];
+  more.prompt += " and a little house";
+  Prepared p = Prepare(*f.model, more);
+  auto solo = f.NewSession();
+  Prepared p0 = Prepare(*f.model, cases[1]);
+  ASSERT_TRUE(solo->Generate(std::span<const int32_t>(p0.prompt), p0.options).ok());
+  auto expected = solo->Generate(std::span<const int32_t>(p.prompt), p.options);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_GT(expected->n_reused_tokens, 20);
+  auto id = f.engine->Submit(sessions[1].get(), p.prompt, p.options);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(f.engine->Run().ok());
+  auto r = f.engine->Take(*id);
+  ASSERT_TRUE(r.ok());
+  ExpectSame(*r, *expected, 1);
+}
+
+TEST(EngineTest, CancelStopsOneRequestOnly) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  const std::vector<Case> cases = Cases();
+  auto a = f.NewSession();
+  auto b = f.NewSession();
+  Prepared pa = Prepare(*f.model, cases[1]);
+  Prepared pb = Prepare(*f.model, cases[0]);
+  auto ia = f.engine->Submit(a.get(), pa.prompt, pa.options);
+  auto ib = f.engine->Submit(b.get(), pb.prompt, pb.options);
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  for (int k = 0; k < 12; ++k) ASSERT_TRUE(f.engine->Step().ok());
+  a->Cancel();
+  ASSERT_TRUE(f.engine->Step().ok());
+  EXPECT_TRUE(f.engine->done(*ia));
+  ASSERT_TRUE(f.engine->Run().ok());
+  auto ra = f.engine->Take(*ia);
+  auto rb = f.engine->Take(*ib);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->stop_reason, StopReason::kCancelled);
+  EXPECT_LT(ra->tokens.size(), static_cast<size_t>(pa.options.max_tokens));
+  ExpectSame(*rb, f.Alone(cases[0]), 0);
+  // The cancel request was consumed: the session's next call runs.
+  auto again = a->Generate(std::span<const int32_t>(pb.prompt), pb.options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->stop_reason, StopReason::kCancelled);
+}
+
+// A quantized model (packed kernels: the exact form of decode rows and chunk tails, the tile form
+// of full 40-row chunks) with sessions that carry adapters and sessions that do not, in one batch.
+TEST(EngineTest, QuantizedBatchWithAdaptersMatchesAlone) {
+  const std::string dir = std::string(POCKET_BINARY_DIR) + "/engine-test";
+  std::filesystem::create_directories(dir);
+  auto c = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(c.ok());
+  SyntheticOptions so;
+  so.config = *c;
+  so.seed = 21;
+  so.weight_type = DType::kQ8_0;
+  const std::string path = dir + "/tiny-q8_0.gguf";
+  if (!std::filesystem::exists(path)) {
+    ASSERT_TRUE(WriteSyntheticGguf(so, path).ok());
+  }
+  auto loaded = Model::Load(path);
+  ASSERT_TRUE(loaded.ok());
+  std::shared_ptr<const Model> model = *loaded;
+  SyntheticAdapterOptions ao;
+  ao.base = model->config();
+  ao.rank = 8;
+  ao.alpha = 16;
+  ao.targets = {LoraTarget::kQ, LoraTarget::kV, LoraTarget::kGate, LoraTarget::kDown,
+                LoraTarget::kOutput};
+  ao.seed = 4;
+  ao.type = DType::kBF16;
+  std::filesystem::create_directories(dir + "/adapter");
+  ASSERT_TRUE(WriteSyntheticAdapter(ao, dir + "/adapter").ok());
+  auto adapter = LoraAdapter::Load(dir + "/adapter", *model);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  const AdapterSet set{{*adapter, 0.9f}};
+
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  EngineOptions eo;
+  eo.max_requests = 6;
+  eo.max_chunk = 40;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  const int32_t vocab = model->config().vocab_size;
+  auto session = [&](bool with_adapter) {
+    SessionOptions o;
+    o.n_ctx = 192;
+    o.n_batch = 40;
+    o.pool = *pool;
+    auto s = Session::Create(model, o);
+    EXPECT_TRUE(s.ok());
+    if (with_adapter) {
+      EXPECT_TRUE((*s)->SetAdapters(set).ok());
+    }
+    return std::move(*s);
+  };
+  const int lengths[6] = {3, 90, 40, 1, 57, 12};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerateOptions> options;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p(static_cast<size_t>(lengths[i]));
+    for (int j = 0; j < lengths[i]; ++j)
+      p[static_cast<size_t>(j)] = (i * 977 + j * 131 + 5) % vocab;
+    prompts.push_back(p);
+    GenerateOptions g;
+    g.max_tokens = 24;
+    g.sampling.temperature = i % 3 == 2 ? 0.9f : 0.0f;
+    g.sampling.seed = static_cast<uint64_t>(i);
+    options.push_back(g);
+  }
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 6; ++i) {
+    sessions.push_back(session(i % 2 == 1));
+    auto id = (*engine)->Submit(sessions.back().get(), prompts[static_cast<size_t>(i)],
+                                options[static_cast<size_t>(i)]);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  ASSERT_TRUE((*engine)->Run().ok());
+  for (size_t i = 0; i < 6; ++i) {
+    auto r = (*engine)->Take(ids[i]);
+    ASSERT_TRUE(r.ok());
+    auto alone = session(i % 2 == 1);
+    auto expected = alone->Generate(std::span<const int32_t>(prompts[i]), options[i]);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(r->tokens, expected->tokens) << "request " << i;
+    EXPECT_EQ(r->tokens.size(), 24u) << "request " << i;
+    // The adapter changes what the session generates (else the mix would prove nothing).
+    if (i % 2 == 1) {
+      auto bare = session(false);
+      auto without = bare->Generate(std::span<const int32_t>(prompts[i]), options[i]);
+      ASSERT_TRUE(without.ok());
+      EXPECT_NE(without->tokens, r->tokens) << "request " << i;
+    }
+  }
+}
+
+TEST(EngineTest, RefusesWhatItCannotRun) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  auto s = f.NewSession();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  GenerateOptions g;
+  g.sampling.temperature = 0;
+  // A token outside the vocabulary, named by its position.
+  const std::vector<int32_t> bad = {1, 2, 100000};
+  auto r = f.engine->Submit(s.get(), bad, g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("prompt token 2"), std::string::npos)
+      << r.status().ToString();
+  // A session of another pool; a prefill chunk over the engine's.
+  SessionOptions so;
+  so.n_ctx = 64;
+  so.n_threads = 1;
+  auto other = Session::Create(f.model, so);
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(f.engine->Submit(other->get(), prompt, g).ok());
+  auto wide = f.NewSession(64);
+  EXPECT_FALSE(f.engine->Submit(wide.get(), prompt, g).ok());
+  // A session twice; an empty prompt; a too long one.
+  auto id = f.engine->Submit(s.get(), prompt, g);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(f.engine->Submit(s.get(), prompt, g).status().code(), StatusCode::kFailedPrecondition);
+  auto t = f.NewSession();
+  EXPECT_FALSE(f.engine->Submit(t.get(), {}, g).ok());
+  const std::vector<int32_t> long_prompt(300, 5);
+  EXPECT_EQ(f.engine->Submit(t.get(), long_prompt, g).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(f.engine->Take(*id).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine->Take(999).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(f.engine->Run().ok());
+  EXPECT_TRUE(f.engine->Take(*id).ok());
+}
+
+}  // namespace
+}  // namespace pocket
