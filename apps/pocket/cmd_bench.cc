@@ -22,6 +22,7 @@ Command AddBenchCommand(CLI::App& root) {
     std::vector<std::string> spec;
     int32_t draft_max = 8;
     bool verify_cost = false;
+    std::string sessions;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
@@ -71,11 +72,14 @@ Command AddBenchCommand(CLI::App& root) {
                   "also run each repetition with this LoRA adapter (PEFT directory[:SCALE], "
                   "repeatable: all at once) right after the bare run, and compare")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  SetExamples(app,
-              {"pocket bench -m model.pocket",
-               "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings --json",
-               "pocket bench -m model.pocket -t 2 -p 512 -n 64 -r 3 "
-               "--spec oracle:1,oracle:0.7,oracle:0,auto:oracle:0"});
+  app->add_option("--sessions", f->sessions,
+                  "instead: N sessions generating together on the batched engine, for each N of "
+                  "this comma-separated list (aggregate and per-session decode, time to first "
+                  "token, KV bytes per session; stop tokens kept so each decodes -n tokens)");
+  SetExamples(app, {"pocket bench -m model.pocket",
+                    "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings "
+                    "--json",
+                    "pocket bench -m model.pocket -t 2 -p 128 -n 128 -r 3 --sessions 1,2,4,8"});
   return {
       app, [=]() -> int {
         // Usage errors first, before any file is read.
@@ -94,6 +98,27 @@ Command AddBenchCommand(CLI::App& root) {
         }
         if (f->draft_max < 1 || f->draft_max > 256) {
           return ReportUsageError(StrCat("--draft-max must be 1 to 256, got ", f->draft_max));
+        }
+        std::vector<int32_t> sessions;
+        if (!f->sessions.empty()) {
+          for (const std::string& part : SplitString(f->sessions, ',')) {
+            char* end = nullptr;
+            const long n = std::strtol(part.c_str(), &end, 10);
+            if (part.empty() || *end != '\0' || n < 1 || n > 256) {
+              return ReportUsageError(
+                  StrCat("--sessions: ", QuoteBytes(part), " is not a session count (1 to 256)"));
+            }
+            sessions.push_back(static_cast<int32_t>(n));
+          }
+          if (!f->spec.empty() || f->verify_cost || !f->lora.empty() || !f->schema_text.empty() ||
+              !f->schema_file.empty() || !f->grammar_text.empty() || !f->grammar_file.empty() ||
+              !f->regex.empty()) {
+            return ReportUsageError(
+                "--sessions measures plain batched decoding: it does not combine with --spec, "
+                "--verify-cost, --lora or a constraint");
+          }
+          if (f->n_prompt < 1) return ReportUsageError("--sessions needs a prompt (-p 1 or more)");
+          if (f->n_gen < 2) return ReportUsageError("--sessions needs -n 2 or more");
         }
         std::vector<std::string> spec_modes;
         for (const std::string& value : f->spec) {
@@ -187,6 +212,23 @@ Command AddBenchCommand(CLI::App& root) {
         config.progress = [progress](int64_t done, int64_t total, const std::string& step) {
           progress->Update(done, total, step);
         };
+        if (!sessions.empty()) {
+          auto rows = RunSessionsBench(config, sessions);
+          progress->Finish();
+          if (!rows.ok()) return ReportError(rows.status());
+          if (f->json) {
+            for (const SessionsBenchRow& r : *rows)
+              std::printf("%s\n", SessionsBenchJson(r).c_str());
+          } else {
+            std::printf(
+                "\nSessions batched on one engine (each step one forward pass over every "
+                "session's rows)\n\n%s",
+                SessionsMarkdownHeader().c_str());
+            for (const SessionsBenchRow& r : *rows)
+              std::printf("%s", SessionsMarkdownRow(r).c_str());
+          }
+          return 0;
+        }
         auto results = RunBench(config);
         progress->Finish();
         if (!results.ok()) return ReportError(results.status());

@@ -209,4 +209,34 @@ std::vector<std::string> BenchJsonLines(const BenchResult& r);
 // The thread count a requested count runs with: 0 -> the hardware threads (1 to 256).
 int32_t BenchThreads(int32_t requested);
 
+// `pocket bench --sessions 1,2,4,8`: N sessions of one model generating together on the engine
+// (runtime/engine.h), each with its own random n_prompt-token prompt and n_gen new tokens (stop
+// tokens kept, so every session decodes exactly n_gen), on one pool. Per repetition the session
+// counts are run in turn (interleaved, so all see the same machine).
+struct SessionsBenchRow {
+  std::string model;
+  std::string kernels;
+  int32_t threads = 0;
+  int32_t sessions = 0;
+  int32_t n_prompt = 0, n_gen = 0, repetitions = 0;
+  std::string kv_type;
+  // Decode rows evaluated per second over the steps that held only decode rows (every session
+  // decoding), the token steps included; per session: that / sessions.
+  Stat aggregate_decode_tokens_per_s;
+  double per_session_decode_tokens_per_s = 0;
+  // Aggregate decode of this row / that of one session in the same run (0 without a 1 row).
+  double decode_speedup = 0;
+  // Time to first token: from submitting every session at once to each session's first token
+  // (median over the sessions; the median of that over the repetitions).
+  Stat ttft_ms;
+  // With a shared prefix in the prefix cache: not measured yet (no prefix cache; JSON null).
+  uint64_t kv_bytes_per_session = 0;  // the KV cache each session holds (n_prompt + n_gen)
+  int32_t max_batch_rows = 0;         // the largest step's rows
+};
+StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& config,
+                                                         std::span<const int32_t> sessions);
+std::string SessionsBenchJson(const SessionsBenchRow& r);
+std::string SessionsMarkdownHeader();
+std::string SessionsMarkdownRow(const SessionsBenchRow& r);
+
 }  // namespace pocket

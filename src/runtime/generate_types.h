@@ -49,6 +49,9 @@ struct GenerateOptions {
   bool spec_auto = false;
   // Record every verification step in GenerateResult::spec_steps (allocates per step).
   bool record_spec_steps = false;
+  // Benchmarks (llama.cpp's --ignore-eos): a stop token is kept like any other token, so exactly
+  // max_tokens are generated. Without a constraint only (one decides where its output ends).
+  bool ignore_stop_tokens = false;
 };
 
 // One verification pass of speculative decoding.

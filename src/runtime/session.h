@@ -76,6 +76,8 @@ class Session {
                sizeof(int32_t) +
            spec_segments_.capacity() * sizeof(BatchSegment);
   }
+  // Bytes of the KV cache (allocated for the whole context up front).
+  size_t kv_bytes() const { return kv_.bytes(); }
   // Tokens whose keys and values are in the cache, in order.
   std::span<const int32_t> history() const { return history_; }
 

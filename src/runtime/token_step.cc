@@ -19,7 +19,8 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
       sampler_(options.sampling, model.config().vocab_size),
       stream_(model.tokenizer(), options.stop_strings),
       masked_(masked),
-      mask_bits_(mask_bits) {
+      mask_bits_(mask_bits),
+      ignore_stop_tokens_(options.ignore_stop_tokens && options.constraint == nullptr) {
   // Room for the whole output up front, so the loop appends without allocating (a token's text
   // is a few bytes; an output that outgrows this grows geometrically, not per token).
   const size_t budget = static_cast<size_t>(std::max(options.max_tokens, 0));
@@ -50,7 +51,8 @@ StatusOr<size_t> TokenStep::LegalPrefix(std::span<const int32_t> draft) {
   Status status = Status::Ok();
   for (; n < draft.size(); ++n) {
     const int32_t token = draft[n];
-    const bool stop = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+    const bool stop = !ignore_stop_tokens_ &&
+                      std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
     if (constraint_ != nullptr) {
       if (stop) {
         if (!constraint_->Complete()) break;
@@ -122,7 +124,8 @@ StatusOr<int32_t> TokenStep::ChooseWith(std::span<const float> logits, const Pic
 
 StatusOr<bool> TokenStep::Accept(int32_t token) {
   const std::vector<int32_t>& stop_ids = model_.stop_token_ids();
-  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+  if (!ignore_stop_tokens_ &&
+      std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     result_->stop_reason = StopReason::kEos;
     return false;
   }

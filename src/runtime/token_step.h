@@ -73,6 +73,7 @@ class TokenStep {
   std::vector<float>* masked_;
   std::vector<uint64_t>* mask_bits_;
   bool keep_going_ = true;
+  bool ignore_stop_tokens_ = false;  // GenerateOptions::ignore_stop_tokens (no constraint)
 };
 
 }  // namespace pocket

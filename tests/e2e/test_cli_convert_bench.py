@@ -171,6 +171,31 @@ class Bench(unittest.TestCase):
         self.assertEqual(r["measured"], ["prefill", "decode"])
         self.assertGreater(r["prefill_tokens_per_s"], 0)
 
+    def test_sessions_rows(self):
+        rows = json_lines(self.bench("-t", 2, "-p", 8, "-n", 6, "--sessions", "1,3",
+                                     "--json").stdout)
+        print(rows)
+        self.assertEqual([r["sessions"] for r in rows], [1, 3])
+        for r in rows:
+            self.assertEqual(r["measured"], ["sessions"])
+            self.assertGreater(r["aggregate_decode_tokens_per_s"], 0)
+            self.assertAlmostEqual(r["per_session_decode_tokens_per_s"],
+                                   r["aggregate_decode_tokens_per_s"] / r["sessions"], delta=0.01)
+            self.assertGreater(r["ttft_ms"], 0)
+            self.assertIsNone(r["ttft_cached_prefix_ms"])  # no prefix cache yet
+            self.assertGreater(r["kv_bytes_per_session"], 0)
+        self.assertEqual(rows[0]["decode_speedup"], 1.0)
+        # Three sessions' prompts are prefilled in one step, then decoded three rows a step.
+        self.assertEqual(rows[1]["max_batch_rows"], 24)
+        table = self.bench("-t", 1, "-p", 4, "-n", 3, "--sessions", "2").stdout
+        self.assertIn("aggregate decode t/s", table)
+        for args, word in ((["--sessions", "0"], "--sessions"), (["--sessions", "x"], "--sessions"),
+                           (["--sessions", "2", "--verify-cost"], "--sessions"),
+                           (["--sessions", "2", "-n", "1"], "--sessions")):
+            p = pocket("bench", "-m", self.model, *args, check=False)
+            self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
+            self.assertIn(word, p.stderr)
+
     def test_non_tty_progress_is_bounded(self):
         out = self.bench("-p", 1, "-n", 1, "-r", 30, "-t", "1,1")  # 64 steps
         lines = [l for l in out.stderr.splitlines() if l.startswith("pocket bench:")]
