@@ -30,6 +30,10 @@ class KvCache {
 
   KvCache Clone() const;
 
+  // Copies the keys and values of positions [0, 16 n_blocks) of `from` (same model shape and
+  // type; both at least that long), block by block: a cached prefix into a session, or back.
+  Status CopyBlocksFrom(const KvCache& from, int32_t n_blocks);
+
   // Copies the keys and values of slots from[i] to slots to + i, in every layer and head, in
   // order (a slot listed later may be one written earlier only if it was read first: the rows of
   // an accepted draft branch moved down to follow the committed ones, from[i] >= to + i).

@@ -128,9 +128,10 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
     ++common;
   }
   if (common == prompt.size() && s.logits_at_ != common) --common;
+  s.Truncate(common);
+  POCKET_ASSIGN_OR_RETURN(common, s.RestorePrefix(prompt, common, &r->result));
   r->result.n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   r->result.n_prompt_tokens = static_cast<int32_t>(prompt.size()) - r->result.n_reused_tokens;
-  s.Truncate(common);
   r->at = common;
   r->phase = common == prompt.size() ? Request::Phase::kReady : Request::Phase::kPrefill;
   const int64_t id = r->id;
@@ -257,7 +258,11 @@ StatusOr<int32_t> Engine::Step() {
           r.options.on_prefill_progress(static_cast<int32_t>(r.at),
                                         static_cast<int32_t>(r.prompt.size()));
         }
-        if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
+        if (r.at == r.prompt.size()) {
+          r.phase = Request::Phase::kReady;
+          const Status stored = s.StorePrefix(r.prompt);
+          if (!stored.ok()) Fail(r, stored);
+        }
       } else {
         r.phase = Request::Phase::kReady;
       }

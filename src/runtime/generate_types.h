@@ -66,6 +66,7 @@ struct GenerateResult {
   StopReason stop_reason = StopReason::kMaxTokens;
   int32_t n_prompt_tokens = 0;  // prompt tokens that were actually evaluated (not reused)
   int32_t n_reused_tokens = 0;  // prompt tokens whose KV rows were kept from before
+  int32_t n_cached_tokens = 0;  // of those, the ones copied from the prefix cache
   uint64_t seed = 0;            // the sampler's seed (options.sampling.seed), to reproduce the run
   int64_t prefill_us = 0;
   int64_t decode_us = 0;

@@ -46,8 +46,10 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
   POCKET_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(c, n_ctx, options.kv_type));
   POCKET_ASSIGN_OR_RETURN(ForwardScratch scratch,
                           ForwardScratch::Create(*model, n_batch, pool->n_threads()));
-  return std::unique_ptr<Session>(
+  auto session = std::unique_ptr<Session>(
       new Session(std::move(model), std::move(kv), std::move(scratch), n_batch, std::move(pool)));
+  session->prefix_cache_ = options.prefix_cache;
+  return session;
 }
 
 StatusOr<std::shared_ptr<ThreadPool>> MakeThreadPool(int32_t n_threads) {
@@ -217,9 +219,13 @@ StatusOr<bool> Session::PrefillPrompt(std::span<const int32_t> prompt,
     const size_t synced = hidden_drafter_ == observer ? hidden_synced_ : 0;
     common = std::min({common, synced, static_cast<size_t>(observer->n_observed())});
   }
+  Truncate(common);
+  // A block drafter needs the hidden states of every row: none come from the prefix cache.
+  if (observer == nullptr) {
+    POCKET_ASSIGN_OR_RETURN(common, RestorePrefix(prompt, common, result));
+  }
   result->n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   result->n_prompt_tokens = static_cast<int32_t>(prompt.size()) - result->n_reused_tokens;
-  Truncate(common);
   const Status s =
       AppendObserved(prompt.subspan(common), nullptr, options.on_prefill_progress, observer);
   if (s.code() == StatusCode::kCancelled) {
@@ -227,7 +233,26 @@ StatusOr<bool> Session::PrefillPrompt(std::span<const int32_t> prompt,
     return false;
   }
   POCKET_RETURN_IF_ERROR(s);
+  POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
   return true;
+}
+
+StatusOr<size_t> Session::RestorePrefix(std::span<const int32_t> prompt, size_t common,
+                                        GenerateResult* result) {
+  if (prefix_cache_ == nullptr || prompt.size() < 2) return common;
+  // At least the last prompt token is evaluated: its logits are the first sample's.
+  POCKET_ASSIGN_OR_RETURN(const int32_t n, prefix_cache_->Restore(*model_, adapters_, prompt,
+                                                                  prompt.size() - 1, common, kv_));
+  if (n == 0) return common;
+  history_.assign(prompt.begin(), prompt.begin() + n);
+  logits_at_ = 0;
+  result->n_cached_tokens = n;
+  return static_cast<size_t>(n);
+}
+
+Status Session::StorePrefix(std::span<const int32_t> prompt) {
+  if (prefix_cache_ == nullptr) return Status::Ok();
+  return prefix_cache_->Store(*model_, adapters_, prompt, kv_);
 }
 
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,

@@ -17,6 +17,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "runtime/generate_types.h"
+#include "runtime/prefix_cache.h"
 
 namespace pocket {
 
@@ -31,6 +32,9 @@ struct SessionOptions {
   // The threads the session computes on. Sessions of one model share one pool (the CLI, the C API
   // and the engine make one per model and thread count); without one, the session makes its own.
   std::shared_ptr<ThreadPool> pool = nullptr;
+  // Optional: the prefix cache the session's prompts are looked up in and stored to (Generate and
+  // the engine; prefix_cache.h). Shared by the sessions of one model.
+  std::shared_ptr<PrefixCache> prefix_cache = nullptr;
 };
 
 // A pool of n_threads threads (0: one per hardware thread; at most 256).
@@ -198,6 +202,13 @@ class Session {
   // false when it was cancelled (the result says so).
   StatusOr<bool> PrefillPrompt(std::span<const int32_t> prompt, const GenerateOptions& options,
                                GenerateResult* result);
+  // The prefix cache's part of a prefill: after the context's own common prefix `common` with
+  // the prompt is known, copies a longer cached prefix in (the history becomes it); returns the
+  // new common length.
+  StatusOr<size_t> RestorePrefix(std::span<const int32_t> prompt, size_t common,
+                                 GenerateResult* result);
+  // After a prefill: stores the prompt's keys and values in the prefix cache (when there is one).
+  Status StorePrefix(std::span<const int32_t> prompt);
   // Cuts a draft tree where the constraint would not follow it (speculative.cc).
   Status PruneTree(TokenStep& step, std::vector<DraftNode>* tree);
   // The decode loop of Generate with a drafter (speculative.cc).
@@ -219,6 +230,7 @@ class Session {
   ForwardScratch scratch_;
   AdapterSet adapters_;
   std::shared_ptr<ThreadPool> pool_;
+  std::shared_ptr<PrefixCache> prefix_cache_;
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;

@@ -1,0 +1,105 @@
+#include "runtime/prefix_cache.h"
+
+#include <algorithm>
+
+namespace pocket {
+
+PrefixCache::Entry* PrefixCache::Match(const Model& model, const AdapterSet& adapters, KvType type,
+                                       std::span<const int32_t> tokens, size_t* n) {
+  Entry* best = nullptr;
+  *n = 0;
+  for (auto& e : entries_) {
+    if (e->model != &model || e->type != type || !SameAdapters(e->adapters, adapters)) continue;
+    const size_t limit = std::min(e->tokens.size(), tokens.size());
+    size_t common = 0;
+    while (common < limit && e->tokens[common] == tokens[common]) ++common;
+    common = common / kKvBlockPositions * kKvBlockPositions;
+    if (common > *n) {
+      *n = common;
+      best = e.get();
+    }
+  }
+  return best;
+}
+
+StatusOr<int32_t> PrefixCache::Restore(const Model& model, const AdapterSet& adapters,
+                                       std::span<const int32_t> tokens, size_t max_len,
+                                       size_t min_len, KvCache& kv) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.lookups;
+  tokens = tokens.first(std::min(tokens.size(), max_len));
+  size_t n = 0;
+  Entry* e = Match(model, adapters, kv.type(), tokens, &n);
+  n = std::min(n, static_cast<size_t>(kv.n_ctx()) / kKvBlockPositions * kKvBlockPositions);
+  if (e == nullptr || n == 0 || n <= min_len) return 0;
+  POCKET_RETURN_IF_ERROR(kv.CopyBlocksFrom(e->kv, static_cast<int32_t>(n / kKvBlockPositions)));
+  e->last_used = ++clock_;
+  ++stats_.hits;
+  stats_.hit_tokens += static_cast<int64_t>(n);
+  return static_cast<int32_t>(n);
+}
+
+Status PrefixCache::Store(const Model& model, const AdapterSet& adapters,
+                          std::span<const int32_t> tokens, const KvCache& kv) {
+  const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.n_ctx())) / kKvBlockPositions *
+                   kKvBlockPositions;
+  if (n == 0 || n < static_cast<size_t>(std::max(options_.min_tokens, 1))) return Status::Ok();
+  tokens = tokens.first(n);
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    size_t have = 0;
+    Entry* e = Match(model, adapters, kv.type(), tokens, &have);
+    if (e != nullptr && have == n) {
+      e->last_used = ++clock_;
+      return Status::Ok();
+    }
+  }
+  // The copy, outside the lock (the caller's cache is its own).
+  POCKET_ASSIGN_OR_RETURN(KvCache copy,
+                          KvCache::Create(model.config(), static_cast<int32_t>(n), kv.type()));
+  if (copy.bytes() > options_.max_bytes) return Status::Ok();
+  POCKET_RETURN_IF_ERROR(copy.CopyBlocksFrom(kv, static_cast<int32_t>(n / kKvBlockPositions)));
+  auto entry = std::make_unique<Entry>(Entry{&model, adapters, kv.type(),
+                                             std::vector<int32_t>(tokens.begin(), tokens.end()),
+                                             std::move(copy), 0, 0});
+  entry->bytes = entry->kv.bytes() + n * sizeof(int32_t);
+  const std::lock_guard<std::mutex> lock(mu_);
+  // Entries this one extends are no longer needed: it serves their prefixes too.
+  std::erase_if(entries_, [&](const std::unique_ptr<Entry>& old) {
+    if (old->model != &model || old->type != entry->type ||
+        !SameAdapters(old->adapters, adapters) || old->tokens.size() > n ||
+        !std::equal(old->tokens.begin(), old->tokens.end(), entry->tokens.begin())) {
+      return false;
+    }
+    stats_.bytes -= old->bytes;
+    return true;
+  });
+  entry->last_used = ++clock_;
+  stats_.bytes += entry->bytes;
+  entries_.push_back(std::move(entry));
+  ++stats_.stores;
+  while (stats_.bytes > options_.max_bytes && entries_.size() > 1) {
+    auto lru = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
+      return a->last_used < b->last_used;
+    });
+    stats_.bytes -= (*lru)->bytes;
+    entries_.erase(lru);
+    ++stats_.evictions;
+  }
+  return Status::Ok();
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  PrefixCacheStats s = stats_;
+  s.entries = static_cast<int32_t>(entries_.size());
+  return s;
+}
+
+void PrefixCache::Clear() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+  stats_.bytes = 0;
+}
+
+}  // namespace pocket

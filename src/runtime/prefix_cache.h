@@ -1,0 +1,83 @@
+// The prefix cache: keys and values of prompt prefixes (a system prompt, few-shot examples, a
+// shared document), kept after the session that computed them moves on or ends, so that another
+// session whose prompt starts with the same tokens (with the same adapter set and KV type, on the
+// same model) copies them instead of evaluating them again. Entries are whole KV blocks (multiples
+// of 16 positions), found by their tokens (an entry also serves any block-aligned prefix of
+// itself), evicted least recently used beyond a byte budget. Shared by the sessions of a model
+// (SessionOptions::prefix_cache; the engine's sessions use theirs); thread-safe.
+//
+// The entries are copies (one per cached prefix, not per session): sharing the blocks themselves
+// between sessions needs the paged KV cache (docs/architecture.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "model/adapter.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace pocket {
+
+struct PrefixCacheOptions {
+  size_t max_bytes = size_t{256} << 20;  // the entries' KV bytes at most (LRU eviction beyond)
+  int32_t min_tokens = 32;               // shorter prompts are not stored
+};
+
+struct PrefixCacheStats {
+  int64_t lookups = 0;
+  int64_t hits = 0;
+  int64_t hit_tokens = 0;  // positions restored from the cache, all lookups together
+  int64_t stores = 0;
+  int64_t evictions = 0;
+  int32_t entries = 0;
+  size_t bytes = 0;
+};
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(const PrefixCacheOptions& options = {}) : options_(options) {}
+
+  // Copies into kv positions [0, n) the longest cached prefix of tokens[0, max_len) computed on
+  // `model` with `adapters` (and kv's type), n a multiple of 16, when n > min_len (the positions
+  // the caller holds already); returns n, or 0 when nothing was copied.
+  StatusOr<int32_t> Restore(const Model& model, const AdapterSet& adapters,
+                            std::span<const int32_t> tokens, size_t max_len, size_t min_len,
+                            KvCache& kv);
+  // Stores positions [0, n) of kv for tokens[0, n), n = tokens.size() rounded down to a multiple
+  // of 16, unless an entry already holds that prefix (then it is only marked used). Prefixes
+  // shorter than min_tokens, or larger than the budget, are not stored. The copy is allocated
+  // here (never on a decode step).
+  Status Store(const Model& model, const AdapterSet& adapters, std::span<const int32_t> tokens,
+               const KvCache& kv);
+
+  PrefixCacheStats stats() const;
+  void Clear();
+
+ private:
+  struct Entry {
+    const Model* model = nullptr;
+    AdapterSet adapters;
+    KvType type = KvType::kF16;
+    std::vector<int32_t> tokens;
+    KvCache kv;
+    size_t bytes = 0;
+    uint64_t last_used = 0;
+  };
+  // The longest usable match (block-aligned) among the entries of this model, set and type.
+  Entry* Match(const Model& model, const AdapterSet& adapters, KvType type,
+               std::span<const int32_t> tokens, size_t* n);
+
+  PrefixCacheOptions options_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  uint64_t clock_ = 0;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace pocket

@@ -1,0 +1,232 @@
+// The prefix cache (runtime/prefix_cache.h): a session whose prompt starts with a prefix another
+// session evaluated copies those keys and values instead of evaluating them, and generates what it
+// generates without the cache; entries are per model, adapter set and KV type, evicted least
+// recently used beyond the budget; the engine's requests use it too. Real stories260K and a
+// quantized synthetic model.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/synthetic.h"
+#include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/session.h"
+
+namespace pocket {
+namespace {
+
+const std::string kStories =
+    std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/stories260K.bin";
+const std::string kTok = std::string(POCKET_SHARED_DIR) + "/testdata/stories260K/tok512.bin";
+
+std::shared_ptr<const Model> Stories() {
+  LoadOptions o;
+  o.tokenizer_path = kTok;
+  auto m = Model::Load(kStories, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : nullptr;
+}
+
+std::vector<int32_t> Encode(const Model& m, const std::string& text) {
+  EncodeOptions enc;
+  enc.add_bos = m.tokenizer()->spec().add_bos;
+  auto ids = m.tokenizer()->Encode(text, enc);
+  EXPECT_TRUE(ids.ok());
+  return ids.ok() ? *ids : std::vector<int32_t>{};
+}
+
+const char kStory[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+    "with her friends. One day, she saw a big tree with a red ball stuck in its branches. She "
+    "wanted the ball very much, so she asked her friend Tom to help her";
+
+std::unique_ptr<Session> NewSession(std::shared_ptr<const Model> model,
+                                    std::shared_ptr<PrefixCache> cache,
+                                    KvType type = KvType::kF16) {
+  SessionOptions so;
+  so.n_ctx = 256;
+  so.n_batch = 32;
+  so.n_threads = 2;
+  so.kv_type = type;
+  so.prefix_cache = std::move(cache);
+  auto s = Session::Create(std::move(model), so);
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+GenerateOptions Greedy(int32_t n) {
+  GenerateOptions g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = n;
+  return g;
+}
+
+TEST(PrefixCacheTest, ASecondSessionCopiesTheSharedPrefixAndGeneratesTheSame) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  const std::vector<int32_t> first = Encode(*model, kStory);
+  ASSERT_GE(first.size(), 50u);
+  std::vector<int32_t> second = Encode(*model, std::string(kStory) + " get it down.");
+  auto a = NewSession(model, cache);
+  auto ra = a->Generate(std::span<const int32_t>(first), Greedy(20));
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->n_cached_tokens, 0);
+  EXPECT_EQ(cache->stats().stores, 1);
+  EXPECT_EQ(cache->stats().entries, 1);
+  a.reset();  // the entry outlives the session that computed it
+
+  auto b = NewSession(model, cache);
+  auto rb = b->Generate(std::span<const int32_t>(second), Greedy(40));
+  ASSERT_TRUE(rb.ok());
+  const int32_t expect_cached = static_cast<int32_t>(first.size() / 16 * 16);
+  EXPECT_EQ(rb->n_cached_tokens, expect_cached);
+  EXPECT_EQ(rb->n_reused_tokens, expect_cached);
+  EXPECT_EQ(rb->n_prompt_tokens, static_cast<int32_t>(second.size()) - expect_cached);
+  auto alone = NewSession(model, nullptr);
+  auto expected = alone->Generate(std::span<const int32_t>(second), Greedy(40));
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(rb->tokens, expected->tokens);
+  EXPECT_EQ(rb->text, expected->text);
+  EXPECT_EQ(b->history().size(), alone->history().size());
+  // The logits after the prompt are those without the cache (f32 model: one kernel form).
+  auto c = NewSession(model, cache);
+  ASSERT_TRUE(c->SetContext(second).ok());  // SetContext does not use the cache
+  EXPECT_EQ(cache->stats().hits, 1);
+  // The longer prompt was stored as an entry that serves both.
+  EXPECT_EQ(cache->stats().entries, 1);
+  const PrefixCacheStats st = cache->stats();
+  EXPECT_EQ(st.hit_tokens, expect_cached);
+  // A prompt that differs in its first block gets nothing.
+  std::vector<int32_t> other = second;
+  other[3] = (other[3] + 1) % model->config().vocab_size;
+  auto d = NewSession(model, cache);
+  auto rd = d->Generate(std::span<const int32_t>(other), Greedy(4));
+  ASSERT_TRUE(rd.ok());
+  EXPECT_EQ(rd->n_cached_tokens, 0);
+}
+
+TEST(PrefixCacheTest, EntriesArePerAdapterSetAndKvTypeAndEvictedLeastRecentlyUsed) {
+  const std::string dir = std::string(POCKET_BINARY_DIR) + "/prefix-cache-test";
+  std::filesystem::create_directories(dir + "/adapter");
+  auto c = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(c.ok());
+  SyntheticOptions so;
+  so.config = *c;
+  so.seed = 31;
+  so.weight_type = DType::kQ8_0;
+  const std::string path = dir + "/tiny-q8_0.gguf";
+  if (!std::filesystem::exists(path)) {
+    ASSERT_TRUE(WriteSyntheticGguf(so, path).ok());
+  }
+  auto loaded = Model::Load(path);
+  ASSERT_TRUE(loaded.ok());
+  std::shared_ptr<const Model> model = *loaded;
+  SyntheticAdapterOptions ao;
+  ao.base = model->config();
+  ao.rank = 4;
+  ao.alpha = 8;
+  ao.targets = {LoraTarget::kK, LoraTarget::kV};
+  ao.seed = 2;
+  ASSERT_TRUE(WriteSyntheticAdapter(ao, dir + "/adapter").ok());
+  auto adapter = LoraAdapter::Load(dir + "/adapter", *model);
+  ASSERT_TRUE(adapter.ok());
+  const int32_t vocab = model->config().vocab_size;
+  std::vector<int32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int32_t>((i * 37 + 11) % vocab);
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), {5, 6, 7, 8, 9});
+
+  auto cache = std::make_shared<PrefixCache>();
+  auto bare = NewSession(model, cache);
+  ASSERT_TRUE(bare->Generate(std::span<const int32_t>(prompt), Greedy(2)).ok());
+  // Another adapter set, another KV type: no hit.
+  auto with = NewSession(model, cache);
+  ASSERT_TRUE(with->SetAdapters({{*adapter, 1.0f}}).ok());
+  auto r = with->Generate(std::span<const int32_t>(longer), Greedy(8));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->n_cached_tokens, 0);
+  auto q8 = NewSession(model, cache, KvType::kQ8);
+  auto rq = q8->Generate(std::span<const int32_t>(longer), Greedy(8));
+  ASSERT_TRUE(rq.ok());
+  EXPECT_EQ(rq->n_cached_tokens, 0);
+  EXPECT_EQ(cache->stats().entries, 3);
+  // The same set on a new session: a hit, and the tokens it makes without the cache (the copied
+  // rows were computed in the same chunks of 32 as its own would be).
+  auto with2 = NewSession(model, cache);
+  ASSERT_TRUE(with2->SetAdapters({{*adapter, 1.0f}}).ok());
+  auto r2 = with2->Generate(std::span<const int32_t>(longer), Greedy(8));
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->n_cached_tokens, 96);
+  EXPECT_EQ(r2->tokens, r->tokens);
+
+  // A budget of one and a half entries: the least recently used goes.
+  auto one = KvCache::Create(model->config(), 96, KvType::kF16);
+  ASSERT_TRUE(one.ok());
+  PrefixCacheOptions small;
+  small.max_bytes = (one->bytes() + 96 * sizeof(int32_t)) * 3 / 2;
+  auto tight = std::make_shared<PrefixCache>(small);
+  std::vector<int32_t> p2 = prompt;
+  p2[0] = (p2[0] + 1) % vocab;
+  auto s1 = NewSession(model, tight);
+  ASSERT_TRUE(s1->Generate(std::span<const int32_t>(prompt), Greedy(1)).ok());
+  ASSERT_TRUE(s1->Generate(std::span<const int32_t>(p2), Greedy(1)).ok());
+  EXPECT_EQ(tight->stats().entries, 1);
+  EXPECT_EQ(tight->stats().evictions, 1);
+  auto s2 = NewSession(model, tight);
+  auto hit = s2->Generate(std::span<const int32_t>(p2), Greedy(1));
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->n_cached_tokens, 96);  // the most recent entry
+  auto s3 = NewSession(model, tight);
+  auto miss = s3->Generate(std::span<const int32_t>(prompt), Greedy(1));
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss->n_cached_tokens, 0);  // evicted
+}
+
+TEST(PrefixCacheTest, EngineRequestsUseTheCache) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  auto session = [&](std::shared_ptr<PrefixCache> c) -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_batch = 32;
+    so.pool = *pool;
+    so.prefix_cache = std::move(c);
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  const std::vector<int32_t> first = Encode(*model, kStory);
+  const std::vector<int32_t> second = Encode(*model, std::string(kStory) + " climb the tree.");
+  auto a = session(cache);
+  auto ia = (*engine)->Submit(a.get(), first, Greedy(10));
+  ASSERT_TRUE(ia.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  ASSERT_TRUE((*engine)->Take(*ia).ok());
+  auto b = session(cache);
+  auto ib = (*engine)->Submit(b.get(), second, Greedy(30));
+  ASSERT_TRUE(ib.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto rb = (*engine)->Take(*ib);
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(first.size() / 16 * 16));
+  auto alone = session(nullptr);
+  auto expected = alone->Generate(std::span<const int32_t>(second), Greedy(30));
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(rb->tokens, expected->tokens);
+}
+
+}  // namespace
+}  // namespace pocket
