@@ -4,7 +4,9 @@
 #   2. ARM64 cross build (base, quant, kernels) + their tests under qemu-aarch64 -cpu max, where
 #      every kernel table runs (reference, neon, dotprod, i8mm),
 #   3. debug build with AddressSanitizer + UndefinedBehaviorSanitizer + every test,
-#   4. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
+#   4. ThreadSanitizer build of the runtime's multi-threaded tests (sessions on many threads, the
+#      engine with cancellation from others, the shared prefix cache),
+#   5. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
 # Environment: POCKET_FUZZ_SECONDS (default 60 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +35,14 @@ if [ "${POCKET_SKIP_DEBUG:-0}" != 1 ]; then
   step "debug tests (ASan + UBSan)"
   ctest --preset debug -j "$jobs" --timeout 3600
 fi
+
+step "ThreadSanitizer: the runtime's multi-threaded tests (sessions, engine, prefix cache)"
+cmake --preset tsan >/dev/null
+tsan_tests=(concurrency_test engine_test prefix_cache_test session_test)
+cmake --build --preset tsan -j "$jobs" --target "${tsan_tests[@]}"
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$root/build-tsan/bin/$t" --gtest_brief=1
+done
 
 step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-60} s per target)"
 cmake --preset fuzz >/dev/null

@@ -23,6 +23,7 @@ Command AddBenchCommand(CLI::App& root) {
     int32_t draft_max = 8;
     bool verify_cost = false;
     std::string sessions;
+    int32_t n_prefix = 0;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
@@ -76,6 +77,10 @@ Command AddBenchCommand(CLI::App& root) {
                   "instead: N sessions generating together on the batched engine, for each N of "
                   "this comma-separated list (aggregate and per-session decode, time to first "
                   "token, KV bytes per session; stop tokens kept so each decodes -n tokens)");
+  app->add_option("--prefix-tokens", f->n_prefix,
+                  "--sessions: the shared prefix of the prefix-cache measurement (time to first "
+                  "token without and with the cache; 0: --n-prompt tokens; at least 32)")
+      ->capture_default_str();
   SetExamples(app, {"pocket bench -m model.pocket",
                     "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings "
                     "--json",
@@ -119,6 +124,10 @@ Command AddBenchCommand(CLI::App& root) {
           }
           if (f->n_prompt < 1) return ReportUsageError("--sessions needs a prompt (-p 1 or more)");
           if (f->n_gen < 2) return ReportUsageError("--sessions needs -n 2 or more");
+          if (f->n_prefix < 0) {
+            return ReportUsageError(StrCat(
+                "--prefix-tokens must be 0 (the prompt's length) or more, got ", f->n_prefix));
+          }
         }
         std::vector<std::string> spec_modes;
         for (const std::string& value : f->spec) {
@@ -159,6 +168,7 @@ Command AddBenchCommand(CLI::App& root) {
         config.draft_max = f->draft_max;
         config.verify_cost = f->verify_cost;
         config.lora = f->lora;
+        config.n_prefix = f->n_prefix;
         config.threads.clear();
         for (const std::string& part : SplitString(f->threads, ',')) {
           char* end = nullptr;

@@ -55,6 +55,8 @@ struct BenchConfig {
   // prefill and decode with these adapters on the same session, right after the bare run
   // (interleaved, so both see the same machine), and times the switches (Session::SetAdapters).
   std::vector<std::string> lora;
+  // --sessions: the shared prefix of the prefix-cache measurement (0: n_prompt tokens).
+  int32_t n_prefix = 0;
 };
 
 // A `pocket bench --spec` mode: [auto:]DRAFTER, DRAFTER one of
@@ -229,7 +231,14 @@ struct SessionsBenchRow {
   // Time to first token: from submitting every session at once to each session's first token
   // (median over the sessions; the median of that over the repetitions).
   Stat ttft_ms;
-  // With a shared prefix in the prefix cache: not measured yet (no prefix cache; JSON null).
+  // The prefix cache (measured once per thread count, the same in every row): one session's time
+  // to first token for n_prefix shared tokens + 16 of its own with an empty cache (it stores the
+  // prefix), then another's with the same prefix + 16 others (it copies the prefix's blocks and
+  // evaluates the rest); medians over the repetitions.
+  int32_t n_prefix = 0;
+  Stat ttft_prefix_cold_ms;
+  Stat ttft_cached_prefix_ms;
+  double prefix_speedup = 0;          // median cold / median cached
   uint64_t kv_bytes_per_session = 0;  // the KV cache each session holds (n_prompt + n_gen)
   int32_t max_batch_rows = 0;         // the largest step's rows
 };

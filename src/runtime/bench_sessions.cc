@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "runtime/bench.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/session.h"
 
 namespace pocket {
@@ -87,6 +88,26 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
         for (int32_t& id : prompt) id = static_cast<int32_t>(rng.NextBelow(vocab));
         prompts.push_back(std::move(prompt));
       }
+      // The prefix-cache measurement's sessions and prompts: a shared prefix + 16 own tokens.
+      const int32_t n_prefix = config.n_prefix > 0 ? config.n_prefix : config.n_prompt;
+      auto cache = std::make_shared<PrefixCache>();
+      SessionOptions po = so;
+      po.n_ctx = n_prefix + 17;
+      po.n_batch = std::min(config.n_batch, po.n_ctx);
+      po.prefix_cache = cache;
+      POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> cold, Session::Create(model, po));
+      POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> warm, Session::Create(model, po));
+      std::vector<int32_t> cold_prompt(static_cast<size_t>(n_prefix) + 16), warm_prompt;
+      {
+        Rng rng(99);
+        for (int32_t& id : cold_prompt) id = static_cast<int32_t>(rng.NextBelow(vocab));
+        warm_prompt = cold_prompt;
+        for (size_t i = static_cast<size_t>(n_prefix); i < warm_prompt.size(); ++i)
+          warm_prompt[i] = static_cast<int32_t>(rng.NextBelow(vocab));
+      }
+      std::vector<double> cold_ms, warm_ms;
+      // Shorter prefixes are not stored (PrefixCacheOptions::min_tokens).
+      const bool measure_prefix = n_prefix >= PrefixCacheOptions{}.min_tokens;
       GenerateOptions g;
       g.sampling.temperature = 0.0f;
       g.max_tokens = config.n_gen;
@@ -95,6 +116,29 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
       std::vector<int32_t> max_rows(sessions.size(), 0);
       std::vector<int64_t> ids;
       for (int32_t run = 0; run <= config.repetitions; ++run) {
+        if (measure_prefix) {
+          say(StrCat(path, ": ", n_threads, " thread(s), ",
+                     run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions),
+                     ": time to first token after a ", n_prefix,
+                     "-token prefix, without and with the prefix cache"));
+          cache->Clear();
+          cold->Reset();
+          warm->Reset();
+          GenerateOptions one = g;
+          one.max_tokens = 1;
+          POCKET_ASSIGN_OR_RETURN(GenerateResult a,
+                                  cold->Generate(std::span<const int32_t>(cold_prompt), one));
+          POCKET_ASSIGN_OR_RETURN(GenerateResult b,
+                                  warm->Generate(std::span<const int32_t>(warm_prompt), one));
+          if (b.n_cached_tokens != n_prefix / 16 * 16) {
+            return InternalError("the prefix cache restored ", b.n_cached_tokens,
+                                 " positions, not ", n_prefix / 16 * 16);
+          }
+          if (run > 0) {
+            cold_ms.push_back(static_cast<double>(a.prefill_us) / 1000.0);
+            warm_ms.push_back(static_cast<double>(b.prefill_us) / 1000.0);
+          }
+        }
         for (size_t k = 0; k < sessions.size(); ++k) {
           const int32_t n = sessions[k];
           say(StrCat(path, ": ", n_threads, " thread(s), ",
@@ -156,6 +200,12 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
         r.ttft_ms = Median(ttft[k]);
         r.kv_bytes_per_session = pool_sessions.front()->kv_bytes();
         r.max_batch_rows = max_rows[k];
+        r.n_prefix = n_prefix;
+        r.ttft_prefix_cold_ms = Median(cold_ms);
+        r.ttft_cached_prefix_ms = Median(warm_ms);
+        r.prefix_speedup = r.ttft_cached_prefix_ms.median > 0
+                               ? r.ttft_prefix_cold_ms.median / r.ttft_cached_prefix_ms.median
+                               : 0;
         rows.push_back(std::move(r));
       }
     }
@@ -164,12 +214,23 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
   return rows;
 }
 
+namespace {
+// A number, or null when not measured.
+std::string Num(double v, bool measured) {
+  if (!measured) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
+}
+}  // namespace
+
 std::string SessionsBenchJson(const SessionsBenchRow& r) {
   std::string model;
   for (char ch : r.model) {
     if (ch == '"' || ch == '\\') model += '\\';
     model += ch;
   }
+  const bool m = r.prefix_speedup > 0;
   char buf[1536];
   std::snprintf(
       buf, sizeof(buf),
@@ -178,32 +239,40 @@ std::string SessionsBenchJson(const SessionsBenchRow& r) {
       "\"kv_type\": \"%s\", \"aggregate_decode_tokens_per_s\": %.3f, "
       "\"aggregate_decode_tokens_per_s_min\": %.3f, \"aggregate_decode_tokens_per_s_max\": %.3f, "
       "\"per_session_decode_tokens_per_s\": %.3f, \"decode_speedup\": %.4f, \"ttft_ms\": %.3f, "
-      "\"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, \"ttft_cached_prefix_ms\": null, "
-      "\"kv_bytes_per_session\": %llu, \"max_batch_rows\": %d}",
+      "\"ttft_ms_min\": %.3f, \"ttft_ms_max\": %.3f, \"n_prefix\": %d, "
+      "\"ttft_prefix_cold_ms\": %s, \"ttft_cached_prefix_ms\": %s, "
+      "\"ttft_cached_prefix_ms_min\": %s, \"ttft_cached_prefix_ms_max\": %s, "
+      "\"prefix_speedup\": %s, \"kv_bytes_per_session\": %llu, \"max_batch_rows\": %d}",
       model.c_str(), r.kernels.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen, r.repetitions,
       r.kv_type.c_str(), r.aggregate_decode_tokens_per_s.median,
       r.aggregate_decode_tokens_per_s.min, r.aggregate_decode_tokens_per_s.max,
       r.per_session_decode_tokens_per_s, r.decode_speedup, r.ttft_ms.median, r.ttft_ms.min,
-      r.ttft_ms.max, static_cast<unsigned long long>(r.kv_bytes_per_session), r.max_batch_rows);
+      r.ttft_ms.max, r.n_prefix, Num(r.ttft_prefix_cold_ms.median, m).c_str(),
+      Num(r.ttft_cached_prefix_ms.median, m).c_str(), Num(r.ttft_cached_prefix_ms.min, m).c_str(),
+      Num(r.ttft_cached_prefix_ms.max, m).c_str(), Num(r.prefix_speedup, m).c_str(),
+      static_cast<unsigned long long>(r.kv_bytes_per_session), r.max_batch_rows);
   return buf;
 }
 
 std::string SessionsMarkdownHeader() {
   return "| model | threads | sessions | pp | tg | aggregate decode t/s | per session t/s | "
-         "vs 1 session | TTFT ms | KV MiB/session |\n"
-         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+         "vs 1 session | TTFT ms | prefix | TTFT ms cold / cached prefix | KV MiB/session |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 }
 
 std::string SessionsMarkdownRow(const SessionsBenchRow& r) {
   char speedup[32] = "-";
   if (r.decode_speedup > 0) std::snprintf(speedup, sizeof(speedup), "%.2fx", r.decode_speedup);
   char buf[1024];
-  std::snprintf(buf, sizeof(buf),
-                "| %s | %d | %d | %d | %d | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %.2f |\n",
-                r.model.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen,
-                r.aggregate_decode_tokens_per_s.median, r.aggregate_decode_tokens_per_s.min,
-                r.aggregate_decode_tokens_per_s.max, r.per_session_decode_tokens_per_s, speedup,
-                r.ttft_ms.median, static_cast<double>(r.kv_bytes_per_session) / (1 << 20));
+  std::snprintf(
+      buf, sizeof(buf),
+      "| %s | %d | %d | %d | %d | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %d | %.1f / %.2f (%.0fx) "
+      "| %.2f |\n",
+      r.model.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen,
+      r.aggregate_decode_tokens_per_s.median, r.aggregate_decode_tokens_per_s.min,
+      r.aggregate_decode_tokens_per_s.max, r.per_session_decode_tokens_per_s, speedup,
+      r.ttft_ms.median, r.n_prefix, r.ttft_prefix_cold_ms.median, r.ttft_cached_prefix_ms.median,
+      r.prefix_speedup, static_cast<double>(r.kv_bytes_per_session) / (1 << 20));
   return buf;
 }
 

@@ -143,6 +143,8 @@ void Engine::Finish(Request& r, bool run_finish) {
   if (run_finish && r.step != nullptr && r.status.ok()) {
     r.status = r.step->Finish(r.options.max_tokens);
     r.result.decode_us = r.watch.elapsed_us();
+    // The prompt's keys and values into the prefix cache, after the output (as Generate).
+    if (r.status.ok()) r.status = r.session->StorePrefix(r.prompt);
   }
   r.phase = Request::Phase::kDone;
   r.session->cancel_.store(false, std::memory_order_relaxed);
@@ -258,11 +260,7 @@ StatusOr<int32_t> Engine::Step() {
           r.options.on_prefill_progress(static_cast<int32_t>(r.at),
                                         static_cast<int32_t>(r.prompt.size()));
         }
-        if (r.at == r.prompt.size()) {
-          r.phase = Request::Phase::kReady;
-          const Status stored = s.StorePrefix(r.prompt);
-          if (!stored.ok()) Fail(r, stored);
-        }
+        if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
       } else {
         r.phase = Request::Phase::kReady;
       }

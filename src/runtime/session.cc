@@ -233,7 +233,6 @@ StatusOr<bool> Session::PrefillPrompt(std::span<const int32_t> prompt,
     return false;
   }
   POCKET_RETURN_IF_ERROR(s);
-  POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
   return true;
 }
 
@@ -252,7 +251,9 @@ StatusOr<size_t> Session::RestorePrefix(std::span<const int32_t> prompt, size_t 
 
 Status Session::StorePrefix(std::span<const int32_t> prompt) {
   if (prefix_cache_ == nullptr) return Status::Ok();
-  return prefix_cache_->Store(*model_, adapters_, prompt, kv_);
+  // Only rows the history still holds (it starts with the prompt after a prefill).
+  return prefix_cache_->Store(*model_, adapters_,
+                              prompt.first(std::min(prompt.size(), history_.size())), kv_);
 }
 
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
@@ -277,6 +278,7 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
     POCKET_RETURN_IF_ERROR(DecodeSpeculative(step, options, &result));
     POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
     result.decode_us = watch.elapsed_us();
+    POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
     return result;
   }
   for (int32_t i = 0; i < options.max_tokens; ++i) {
@@ -303,6 +305,8 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   }
   POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
   result.decode_us = watch.elapsed_us();
+  // After the output (not before the first token): the prompt's rows are as prefill left them.
+  POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
   return result;
 }
 

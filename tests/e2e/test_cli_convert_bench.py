@@ -182,16 +182,25 @@ class Bench(unittest.TestCase):
             self.assertAlmostEqual(r["per_session_decode_tokens_per_s"],
                                    r["aggregate_decode_tokens_per_s"] / r["sessions"], delta=0.01)
             self.assertGreater(r["ttft_ms"], 0)
-            self.assertIsNone(r["ttft_cached_prefix_ms"])  # no prefix cache yet
+            self.assertIsNone(r["ttft_cached_prefix_ms"])  # a prefix under 32 tokens: not measured
             self.assertGreater(r["kv_bytes_per_session"], 0)
         self.assertEqual(rows[0]["decode_speedup"], 1.0)
         # Three sessions' prompts are prefilled in one step, then decoded three rows a step.
         self.assertEqual(rows[1]["max_batch_rows"], 24)
+        # The prefix cache: a 48-token prefix, without and with the cache.
+        r = json_lines(self.bench("-t", 1, "-p", 8, "-n", 4, "--sessions", "1",
+                                  "--prefix-tokens", 48, "--json").stdout)[0]
+        print(r)
+        self.assertEqual(r["n_prefix"], 48)
+        self.assertGreater(r["ttft_prefix_cold_ms"], 0)
+        self.assertGreater(r["ttft_cached_prefix_ms"], 0)
+        self.assertGreater(r["prefix_speedup"], 0)
         table = self.bench("-t", 1, "-p", 4, "-n", 3, "--sessions", "2").stdout
         self.assertIn("aggregate decode t/s", table)
         for args, word in ((["--sessions", "0"], "--sessions"), (["--sessions", "x"], "--sessions"),
                            (["--sessions", "2", "--verify-cost"], "--sessions"),
-                           (["--sessions", "2", "-n", "1"], "--sessions")):
+                           (["--sessions", "2", "-n", "1"], "--sessions"),
+                           (["--sessions", "2", "--prefix-tokens", "-1"], "--prefix-tokens")):
             p = pocket("bench", "-m", self.model, *args, check=False)
             self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
             self.assertIn(word, p.stderr)
