@@ -124,9 +124,10 @@ Command AddBenchCommand(CLI::App& root) {
           }
           if (f->n_prompt < 1) return ReportUsageError("--sessions needs a prompt (-p 1 or more)");
           if (f->n_gen < 2) return ReportUsageError("--sessions needs -n 2 or more");
-          if (f->n_prefix < 0) {
-            return ReportUsageError(StrCat(
-                "--prefix-tokens must be 0 (the prompt's length) or more, got ", f->n_prefix));
+          if (f->n_prefix < 0 || (f->n_prefix > 0 && f->n_prefix < 32)) {
+            return ReportUsageError(
+                StrCat("--prefix-tokens must be 0 (the prompt's length) or at least 32, got ",
+                       f->n_prefix));
           }
         }
         std::vector<std::string> spec_modes;

@@ -68,20 +68,21 @@ KvCache KvCache::Clone() const {
   return kv;
 }
 
-Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t n_blocks) {
+Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blocks) {
   if (from.type_ != type_ || from.n_layers_ != n_layers_ || from.n_kv_heads_ != n_kv_heads_ ||
       from.head_dim_ != head_dim_) {
     return InvalidArgumentError("KV caches of different shapes or types");
   }
-  if (n_blocks < 0 || n_blocks * kKvBlockPositions > std::min(from.n_ctx_padded_, n_ctx_padded_)) {
-    return OutOfRangeError(n_blocks, " KV blocks do not fit caches of ", from.n_ctx_, " and ",
-                           n_ctx_, " positions");
+  if (first < 0 || n_blocks < 0 ||
+      (first + n_blocks) * kKvBlockPositions > std::min(from.n_ctx_padded_, n_ctx_padded_)) {
+    return OutOfRangeError("KV blocks ", first, " to ", first + n_blocks - 1,
+                           " do not fit caches of ", from.n_ctx_, " and ", n_ctx_, " positions");
   }
   for (int32_t layer = 0; layer < n_layers_; ++layer) {
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const KvHeadView src = from.head(layer, g), dst = head(layer, g);
       const size_t block_bytes = static_cast<size_t>(src.BlockBytes());
-      for (int64_t b = 0; b < n_blocks; ++b) {
+      for (int64_t b = first; b < first + n_blocks; ++b) {
         std::memcpy(dst.KeyBlock<uint8_t>(b), src.KeyBlock<const uint8_t>(b), block_bytes);
         std::memcpy(dst.ValueRow<uint8_t>(b * kKvBlockPositions),
                     src.ValueRow<const uint8_t>(b * kKvBlockPositions), block_bytes);

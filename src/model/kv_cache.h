@@ -30,9 +30,10 @@ class KvCache {
 
   KvCache Clone() const;
 
-  // Copies the keys and values of positions [0, 16 n_blocks) of `from` (same model shape and
-  // type; both at least that long), block by block: a cached prefix into a session, or back.
-  Status CopyBlocksFrom(const KvCache& from, int32_t n_blocks);
+  // Copies the keys and values of blocks [first, first + n_blocks) (positions 16 first to
+  // 16 (first + n_blocks)) of `from` (same model shape and type; both at least that long), block
+  // by block: a cached prefix into a session, or back.
+  Status CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blocks);
 
   // Copies the keys and values of slots from[i] to slots to + i, in every layer and head, in
   // order (a slot listed later may be one written earlier only if it was read first: the rows of

@@ -222,8 +222,8 @@ struct SessionsBenchRow {
   int32_t sessions = 0;
   int32_t n_prompt = 0, n_gen = 0, repetitions = 0;
   std::string kv_type;
-  // Decode rows evaluated per second over the steps that held only decode rows (every session
-  // decoding), the token steps included; per session: that / sessions.
+  // Decode rows evaluated per second over the steps where every session decoded (one row each,
+  // no prefill rows), the token steps included; per session: that / sessions.
   Stat aggregate_decode_tokens_per_s;
   double per_session_decode_tokens_per_s = 0;
   // Aggregate decode of this row / that of one session in the same run (0 without a 1 row).

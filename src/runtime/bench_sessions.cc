@@ -158,7 +158,9 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
             Stopwatch w;
             POCKET_ASSIGN_OR_RETURN(const int32_t active, engine->Step());
             const double s = w.elapsed_s();
-            if (engine->last_rows() > 0 && engine->last_rows() == engine->last_decode_rows()) {
+            // Only the steps where every session decodes (not those while prompts are still
+            // prefilled, nor the tail where some have finished).
+            if (engine->last_rows() == n && engine->last_decode_rows() == n) {
               decode_s += s;
               decode_rows += engine->last_rows();
             }
@@ -263,16 +265,20 @@ std::string SessionsMarkdownHeader() {
 std::string SessionsMarkdownRow(const SessionsBenchRow& r) {
   char speedup[32] = "-";
   if (r.decode_speedup > 0) std::snprintf(speedup, sizeof(speedup), "%.2fx", r.decode_speedup);
+  char prefix[96] = "-";  // not measured (a prefix under 32 tokens)
+  if (r.prefix_speedup > 0) {
+    std::snprintf(prefix, sizeof(prefix), "%.1f / %.2f (%.0fx)", r.ttft_prefix_cold_ms.median,
+                  r.ttft_cached_prefix_ms.median, r.prefix_speedup);
+  }
   char buf[1024];
   std::snprintf(
       buf, sizeof(buf),
-      "| %s | %d | %d | %d | %d | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %d | %.1f / %.2f (%.0fx) "
-      "| %.2f |\n",
+      "| %s | %d | %d | %d | %d | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %d | %s | %.2f |\n",
       r.model.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen,
       r.aggregate_decode_tokens_per_s.median, r.aggregate_decode_tokens_per_s.min,
       r.aggregate_decode_tokens_per_s.max, r.per_session_decode_tokens_per_s, speedup,
-      r.ttft_ms.median, r.n_prefix, r.ttft_prefix_cold_ms.median, r.ttft_cached_prefix_ms.median,
-      r.prefix_speedup, static_cast<double>(r.kv_bytes_per_session) / (1 << 20));
+      r.ttft_ms.median, r.n_prefix, prefix,
+      static_cast<double>(r.kv_bytes_per_session) / (1 << 20));
   return buf;
 }
 

@@ -25,7 +25,8 @@ struct Engine::Request {
   Status status;
   std::unique_ptr<TokenStep> step;  // made when the prompt is in the cache (as Generate does)
   Phase phase = Phase::kPrefill;
-  size_t at = 0;  // the next prompt token to evaluate
+  size_t at = 0;     // the next prompt token to evaluate
+  size_t start = 0;  // the first one the prefill evaluates (after reused and cached ones)
   int32_t pending = -1;
   int32_t n_decoded = 0;  // token steps taken (Generate's loop counter)
   Stopwatch watch;
@@ -47,11 +48,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> p
                  static_cast<size_t>(model_->config().vocab_size));
 }
 
-Engine::~Engine() {
-  // A request abandoned without Take: its cancel request must not leak into the session's next
-  // call.
-  for (auto& r : requests_) r->session->cancel_.store(false, std::memory_order_relaxed);
-}
+// Requests never taken are dropped without touching their sessions (which may be gone).
+Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
                                                  std::shared_ptr<ThreadPool> pool,
@@ -72,6 +70,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
 
 StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prompt,
                                  const GenerateOptions& options, StreamCallback on_text) {
+  if (stepping_) return FailedPreconditionError("Submit from inside Step (a stream callback)");
   if (session == nullptr) return InvalidArgumentError("no session");
   if (&session->model() != model_.get()) {
     return InvalidArgumentError("the session belongs to another model than the engine's");
@@ -133,6 +132,7 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
   r->result.n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   r->result.n_prompt_tokens = static_cast<int32_t>(prompt.size()) - r->result.n_reused_tokens;
   r->at = common;
+  r->start = common;
   r->phase = common == prompt.size() ? Request::Phase::kReady : Request::Phase::kPrefill;
   const int64_t id = r->id;
   requests_.push_back(std::move(r));
@@ -144,7 +144,7 @@ void Engine::Finish(Request& r, bool run_finish) {
     r.status = r.step->Finish(r.options.max_tokens);
     r.result.decode_us = r.watch.elapsed_us();
     // The prompt's keys and values into the prefix cache, after the output (as Generate).
-    if (r.status.ok()) r.status = r.session->StorePrefix(r.prompt);
+    if (r.status.ok()) r.session->StorePrefix(r.prompt);
   }
   r.phase = Request::Phase::kDone;
   r.session->cancel_.store(false, std::memory_order_relaxed);
@@ -187,6 +187,12 @@ void Engine::Advance(Request& r) {
 }
 
 StatusOr<int32_t> Engine::Step() {
+  if (stepping_) return FailedPreconditionError("Step from inside Step (a stream callback)");
+  stepping_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&stepping_};
   for (auto& r : requests_) {
     if (r->phase == Request::Phase::kReady) Advance(*r);
   }
@@ -257,8 +263,9 @@ StatusOr<int32_t> Engine::Step() {
       if (r.phase == Request::Phase::kPrefill) {
         r.at += static_cast<size_t>(seg.n_rows());
         if (r.options.on_prefill_progress) {
-          r.options.on_prefill_progress(static_cast<int32_t>(r.at),
-                                        static_cast<int32_t>(r.prompt.size()));
+          // As Generate: counted from the first token evaluated.
+          r.options.on_prefill_progress(static_cast<int32_t>(r.at - r.start),
+                                        static_cast<int32_t>(r.prompt.size() - r.start));
         }
         if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
       } else {
@@ -293,6 +300,7 @@ bool Engine::done(int64_t id) const {
 }
 
 StatusOr<GenerateResult> Engine::Take(int64_t id) {
+  if (stepping_) return FailedPreconditionError("Take from inside Step (a stream callback)");
   for (auto it = requests_.begin(); it != requests_.end(); ++it) {
     if ((*it)->id != id) continue;
     if ((*it)->phase != Request::Phase::kDone) {

@@ -66,7 +66,8 @@ class Engine {
   // Whether request `id` has finished (its result waits for Take).
   bool done(int64_t id) const;
   // The result of a finished request, handing its session back (NotFound for an unknown id,
-  // FailedPrecondition while it runs).
+  // FailedPrecondition while it runs). Submit and Take are refused from inside Step (a stream
+  // callback). A session must outlive its request (until Take, or the engine's end).
   StatusOr<GenerateResult> Take(int64_t id);
 
   // Rows of the last step's batch, and of them decode rows (for benchmarks and tests).
@@ -104,6 +105,7 @@ class Engine {
   std::vector<float> logits_;
   int32_t last_rows_ = 0;
   int32_t last_decode_rows_ = 0;
+  bool stepping_ = false;  // inside Step (stream callbacks run there)
 };
 
 }  // namespace pocket

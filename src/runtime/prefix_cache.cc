@@ -9,7 +9,10 @@ PrefixCache::Entry* PrefixCache::Match(const Model& model, const AdapterSet& ada
   Entry* best = nullptr;
   *n = 0;
   for (auto& e : entries_) {
-    if (e->model != &model || e->type != type || !SameAdapters(e->adapters, adapters)) continue;
+    if (e->model.expired() || e->model.lock().get() != &model || e->type != type ||
+        !SameAdapters(e->adapters, adapters)) {
+      continue;
+    }
     const size_t limit = std::min(e->tokens.size(), tokens.size());
     size_t common = 0;
     while (common < limit && e->tokens[common] == tokens[common]) ++common;
@@ -32,15 +35,29 @@ StatusOr<int32_t> PrefixCache::Restore(const Model& model, const AdapterSet& ada
   Entry* e = Match(model, adapters, kv.type(), tokens, &n);
   n = std::min(n, static_cast<size_t>(kv.n_ctx()) / kKvBlockPositions * kKvBlockPositions);
   if (e == nullptr || n == 0 || n <= min_len) return 0;
-  POCKET_RETURN_IF_ERROR(kv.CopyBlocksFrom(e->kv, static_cast<int32_t>(n / kKvBlockPositions)));
+  const int32_t first = static_cast<int32_t>(min_len / kKvBlockPositions);
+  POCKET_RETURN_IF_ERROR(
+      kv.CopyBlocksFrom(e->kv, first, static_cast<int32_t>(n / kKvBlockPositions) - first));
   e->last_used = ++clock_;
   ++stats_.hits;
-  stats_.hit_tokens += static_cast<int64_t>(n);
+  stats_.hit_tokens += static_cast<int64_t>(n - min_len);
   return static_cast<int32_t>(n);
 }
 
-Status PrefixCache::Store(const Model& model, const AdapterSet& adapters,
+Status PrefixCache::Store(const std::shared_ptr<const Model>& model, const AdapterSet& adapters,
                           std::span<const int32_t> tokens, const KvCache& kv) {
+  const Status s = StoreLocked(model, adapters, tokens, kv);
+  if (!s.ok()) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.store_failures;
+  }
+  return s;
+}
+
+Status PrefixCache::StoreLocked(const std::shared_ptr<const Model>& model,
+                                const AdapterSet& adapters, std::span<const int32_t> tokens,
+                                const KvCache& kv) {
+  if (model == nullptr) return InvalidArgumentError("no model");
   const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.n_ctx())) / kKvBlockPositions *
                    kKvBlockPositions;
   if (n == 0 || n < static_cast<size_t>(std::max(options_.min_tokens, 1))) return Status::Ok();
@@ -48,7 +65,7 @@ Status PrefixCache::Store(const Model& model, const AdapterSet& adapters,
   {
     const std::lock_guard<std::mutex> lock(mu_);
     size_t have = 0;
-    Entry* e = Match(model, adapters, kv.type(), tokens, &have);
+    Entry* e = Match(*model, adapters, kv.type(), tokens, &have);
     if (e != nullptr && have == n) {
       e->last_used = ++clock_;
       return Status::Ok();
@@ -56,17 +73,21 @@ Status PrefixCache::Store(const Model& model, const AdapterSet& adapters,
   }
   // The copy, outside the lock (the caller's cache is its own).
   POCKET_ASSIGN_OR_RETURN(KvCache copy,
-                          KvCache::Create(model.config(), static_cast<int32_t>(n), kv.type()));
+                          KvCache::Create(model->config(), static_cast<int32_t>(n), kv.type()));
   if (copy.bytes() > options_.max_bytes) return Status::Ok();
-  POCKET_RETURN_IF_ERROR(copy.CopyBlocksFrom(kv, static_cast<int32_t>(n / kKvBlockPositions)));
-  auto entry = std::make_unique<Entry>(Entry{&model, adapters, kv.type(),
+  POCKET_RETURN_IF_ERROR(copy.CopyBlocksFrom(kv, 0, static_cast<int32_t>(n / kKvBlockPositions)));
+  auto entry = std::make_unique<Entry>(Entry{model, adapters, kv.type(),
                                              std::vector<int32_t>(tokens.begin(), tokens.end()),
                                              std::move(copy), 0, 0});
   entry->bytes = entry->kv.bytes() + n * sizeof(int32_t);
   const std::lock_guard<std::mutex> lock(mu_);
   // Entries this one extends are no longer needed: it serves their prefixes too.
   std::erase_if(entries_, [&](const std::unique_ptr<Entry>& old) {
-    if (old->model != &model || old->type != entry->type ||
+    if (old->model.expired()) {  // its model is gone
+      stats_.bytes -= old->bytes;
+      return true;
+    }
+    if (old->model.lock() != model || old->type != entry->type ||
         !SameAdapters(old->adapters, adapters) || old->tokens.size() > n ||
         !std::equal(old->tokens.begin(), old->tokens.end(), entry->tokens.begin())) {
       return false;

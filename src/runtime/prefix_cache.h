@@ -34,6 +34,7 @@ struct PrefixCacheStats {
   int64_t hits = 0;
   int64_t hit_tokens = 0;  // positions restored from the cache, all lookups together
   int64_t stores = 0;
+  int64_t store_failures = 0;
   int64_t evictions = 0;
   int32_t entries = 0;
   size_t bytes = 0;
@@ -43,25 +44,29 @@ class PrefixCache {
  public:
   explicit PrefixCache(const PrefixCacheOptions& options = {}) : options_(options) {}
 
-  // Copies into kv positions [0, n) the longest cached prefix of tokens[0, max_len) computed on
-  // `model` with `adapters` (and kv's type), n a multiple of 16, when n > min_len (the positions
-  // the caller holds already); returns n, or 0 when nothing was copied.
+  // Finds the longest cached prefix of tokens[0, max_len) computed on `model` with `adapters` (and
+  // kv's type), n positions (a multiple of 16); when n > min_len (the positions the caller holds
+  // already: their blocks, but for the one min_len is in, are not copied again), copies the rest
+  // into kv and returns n; else 0. The copy runs under the cache's lock.
   StatusOr<int32_t> Restore(const Model& model, const AdapterSet& adapters,
                             std::span<const int32_t> tokens, size_t max_len, size_t min_len,
                             KvCache& kv);
   // Stores positions [0, n) of kv for tokens[0, n), n = tokens.size() rounded down to a multiple
   // of 16, unless an entry already holds that prefix (then it is only marked used). Prefixes
   // shorter than min_tokens, or larger than the budget, are not stored. The copy is allocated
-  // here (never on a decode step).
-  Status Store(const Model& model, const AdapterSet& adapters, std::span<const int32_t> tokens,
-               const KvCache& kv);
+  // here, once per stored prompt (Generate and the engine store after a request's output).
+  // A store that fails (memory) is counted in stats().store_failures and returned.
+  Status Store(const std::shared_ptr<const Model>& model, const AdapterSet& adapters,
+               std::span<const int32_t> tokens, const KvCache& kv);
 
   PrefixCacheStats stats() const;
   void Clear();
 
  private:
   struct Entry {
-    const Model* model = nullptr;
+    // Weak: the cache does not keep a model alive; entries of a model that is gone never match
+    // (not even a new model at the same address) and are dropped at the next store.
+    std::weak_ptr<const Model> model;
     AdapterSet adapters;
     KvType type = KvType::kF16;
     std::vector<int32_t> tokens;
@@ -72,6 +77,8 @@ class PrefixCache {
   // The longest usable match (block-aligned) among the entries of this model, set and type.
   Entry* Match(const Model& model, const AdapterSet& adapters, KvType type,
                std::span<const int32_t> tokens, size_t* n);
+  Status StoreLocked(const std::shared_ptr<const Model>& model, const AdapterSet& adapters,
+                     std::span<const int32_t> tokens, const KvCache& kv);
 
   PrefixCacheOptions options_;
   mutable std::mutex mu_;

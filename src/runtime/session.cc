@@ -245,15 +245,17 @@ StatusOr<size_t> Session::RestorePrefix(std::span<const int32_t> prompt, size_t 
   if (n == 0) return common;
   history_.assign(prompt.begin(), prompt.begin() + n);
   logits_at_ = 0;
-  result->n_cached_tokens = n;
+  result->n_cached_tokens = n - static_cast<int32_t>(common);
   return static_cast<size_t>(n);
 }
 
-Status Session::StorePrefix(std::span<const int32_t> prompt) {
-  if (prefix_cache_ == nullptr) return Status::Ok();
-  // Only rows the history still holds (it starts with the prompt after a prefill).
-  return prefix_cache_->Store(*model_, adapters_,
-                              prompt.first(std::min(prompt.size(), history_.size())), kv_);
+void Session::StorePrefix(std::span<const int32_t> prompt) {
+  if (prefix_cache_ == nullptr) return;
+  // Only rows the history still holds (it starts with the prompt after a prefill). A store that
+  // fails (memory) is the cache's loss, counted in its stats, not the request's error.
+  const Status stored = prefix_cache_->Store(
+      model_, adapters_, prompt.first(std::min(prompt.size(), history_.size())), kv_);
+  static_cast<void>(stored);  // counted in the cache's stats
 }
 
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
@@ -278,7 +280,7 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
     POCKET_RETURN_IF_ERROR(DecodeSpeculative(step, options, &result));
     POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
     result.decode_us = watch.elapsed_us();
-    POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
+    StorePrefix(prompt);
     return result;
   }
   for (int32_t i = 0; i < options.max_tokens; ++i) {
@@ -306,7 +308,7 @@ StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
   POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
   result.decode_us = watch.elapsed_us();
   // After the output (not before the first token): the prompt's rows are as prefill left them.
-  POCKET_RETURN_IF_ERROR(StorePrefix(prompt));
+  StorePrefix(prompt);
   return result;
 }
 

@@ -207,8 +207,8 @@ class Session {
   // new common length.
   StatusOr<size_t> RestorePrefix(std::span<const int32_t> prompt, size_t common,
                                  GenerateResult* result);
-  // After a prefill: stores the prompt's keys and values in the prefix cache (when there is one).
-  Status StorePrefix(std::span<const int32_t> prompt);
+  // After an output: stores the prompt's keys and values in the prefix cache (when there is one).
+  void StorePrefix(std::span<const int32_t> prompt);
   // Cuts a draft tree where the constraint would not follow it (speculative.cc).
   Status PruneTree(TokenStep& step, std::vector<DraftNode>* tree);
   // The decode loop of Generate with a drafter (speculative.cc).

@@ -398,8 +398,20 @@ TEST(EngineTest, RefusesWhatItCannotRun) {
   EXPECT_EQ(f.engine->Submit(t.get(), long_prompt, g).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(f.engine->Take(*id).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.engine->Take(999).status().code(), StatusCode::kNotFound);
+  // From inside a step (a stream callback), the engine refuses to be changed.
+  Status inside = Status::Ok();
+  auto u = f.NewSession();
+  GenerateOptions g8 = g;
+  g8.max_tokens = 8;
+  auto cb = f.engine->Submit(u.get(), std::vector<int32_t>{1, 2, 3, 4}, g8, [&](std::string_view) {
+    if (inside.ok()) inside = f.engine->Take(*id).status();
+    return true;
+  });
+  ASSERT_TRUE(cb.ok());
   ASSERT_TRUE(f.engine->Run().ok());
+  EXPECT_EQ(inside.code(), StatusCode::kFailedPrecondition) << inside.ToString();
   EXPECT_TRUE(f.engine->Take(*id).ok());
+  EXPECT_TRUE(f.engine->Take(*cb).ok());
 }
 
 }  // namespace

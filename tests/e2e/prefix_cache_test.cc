@@ -5,6 +5,7 @@
 // quantized synthetic model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -93,7 +94,10 @@ TEST(PrefixCacheTest, ASecondSessionCopiesTheSharedPrefixAndGeneratesTheSame) {
   EXPECT_EQ(rb->tokens, expected->tokens);
   EXPECT_EQ(rb->text, expected->text);
   EXPECT_EQ(b->history().size(), alone->history().size());
-  // The logits after the prompt are those without the cache (f32 model: one kernel form).
+  // The logits after the last token are those without the cache, bit for bit (f32 model: one
+  // kernel form, whatever the chunks).
+  EXPECT_TRUE(
+      std::equal(b->last_logits().begin(), b->last_logits().end(), alone->last_logits().begin()));
   auto c = NewSession(model, cache);
   ASSERT_TRUE(c->SetContext(second).ok());  // SetContext does not use the cache
   EXPECT_EQ(cache->stats().hits, 1);
@@ -186,6 +190,24 @@ TEST(PrefixCacheTest, EntriesArePerAdapterSetAndKvTypeAndEvictedLeastRecentlyUse
   auto miss = s3->Generate(std::span<const int32_t>(prompt), Greedy(1));
   ASSERT_TRUE(miss.ok());
   EXPECT_EQ(miss->n_cached_tokens, 0);  // evicted
+
+  // The cache does not keep a model alive, and a model that is gone matches nothing, not even
+  // another load of the same file.
+  auto outliving = std::make_shared<PrefixCache>();
+  {
+    auto first_load = Model::Load(path);
+    ASSERT_TRUE(first_load.ok());
+    auto s = NewSession(*first_load, outliving);
+    ASSERT_TRUE(s->Generate(std::span<const int32_t>(prompt), Greedy(1)).ok());
+    EXPECT_EQ(outliving->stats().entries, 1);
+  }
+  auto second_load = Model::Load(path);
+  ASSERT_TRUE(second_load.ok());
+  auto s5 = NewSession(*second_load, outliving);
+  auto fresh = s5->Generate(std::span<const int32_t>(prompt), Greedy(1));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->n_cached_tokens, 0);
+  EXPECT_EQ(outliving->stats().entries, 1);  // the dead model's entry dropped, the new one kept
 }
 
 TEST(PrefixCacheTest, EngineRequestsUseTheCache) {

@@ -200,7 +200,8 @@ class Bench(unittest.TestCase):
         for args, word in ((["--sessions", "0"], "--sessions"), (["--sessions", "x"], "--sessions"),
                            (["--sessions", "2", "--verify-cost"], "--sessions"),
                            (["--sessions", "2", "-n", "1"], "--sessions"),
-                           (["--sessions", "2", "--prefix-tokens", "-1"], "--prefix-tokens")):
+                           (["--sessions", "2", "--prefix-tokens", "-1"], "--prefix-tokens"),
+                           (["--sessions", "2", "--prefix-tokens", "20"], "--prefix-tokens")):
             p = pocket("bench", "-m", self.model, *args, check=False)
             self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
             self.assertIn(word, p.stderr)
