@@ -65,8 +65,8 @@ struct GemmOut {
 // KV cache storage of one layer and KV head. K is blocked by 16 positions and transposed inside a
 // block ([n_ctx / 16][head_dim][16]) so 16 scores come from one pass over the block; V is
 // row-major ([n_ctx][head_dim]). kQ8 keeps one f32 scale per position for K and for V. The cache
-// is allocated for a multiple of 16 positions, so kernels may read whole blocks (and whole
-// 16-entry scale runs) past the last valid position; those values are masked out.
+// holds whole blocks of 16 positions, so kernels may read whole blocks (and whole 16-entry scale
+// runs) past the last valid position; those values are masked out.
 enum class KvType : uint8_t { kF32 = 0, kF16 = 1, kQ8 = 2 };
 std::string_view KvTypeName(KvType type);
 bool ParseKvType(std::string_view name, KvType* out);
@@ -92,6 +92,12 @@ struct KvHeadView {
   void* v = nullptr;
   float* k_scale = nullptr;  // kQ8 only: [n_ctx]
   float* v_scale = nullptr;
+  // A paged cache (model/kv_cache.h): pages[b] holds block b (positions [16 b, 16 b + 16)) of every
+  // layer and head; this head's K block is at byte page_k of it, its 16 V rows at page_v, the kQ8
+  // scales at page_ks and page_vs (16 floats each). Null: the contiguous k, v and scales above
+  // (views made by hand: kernel tests).
+  uint8_t* const* pages = nullptr;
+  int64_t page_k = 0, page_v = 0, page_ks = 0, page_vs = 0;
   // Blocks from `tail_block` on are read from a separate tail (same layout, its block 0 being
   // block tail_block): a draft branch of a tree sees its ancestors' rows gathered there at their
   // logical positions, so every kernel computes exactly what it computes for the same rows in
@@ -122,6 +128,7 @@ struct KvHeadView {
       return reinterpret_cast<T*>(static_cast<uint8_t*>(tail_k) +
                                   (block - tail_block) * BlockBytes());
     }
+    if (pages != nullptr) return reinterpret_cast<T*>(pages[block] + page_k);
     return reinterpret_cast<T*>(static_cast<uint8_t*>(k) + block * BlockBytes());
   }
   // Row d of K block `block`: 16 elements, one per position of the block.
@@ -137,6 +144,10 @@ struct KvHeadView {
                                   (pos - tail_block * kKvBlockPositions) * head_dim *
                                       ElementBytes());
     }
+    if (pages != nullptr) {
+      return reinterpret_cast<T*>(pages[pos / kKvBlockPositions] + page_v +
+                                  (pos % kKvBlockPositions) * head_dim * ElementBytes());
+    }
     return reinterpret_cast<T*>(static_cast<uint8_t*>(v) + pos * head_dim * ElementBytes());
   }
   // kQ8: the 16 K / V scales of block `block`, and the scale of position pos.
@@ -145,12 +156,16 @@ struct KvHeadView {
   POCKET_KV_ACCESSOR float* KeyScale(int64_t pos) const {
     return pos >= tail_block * kKvBlockPositions
                ? tail_k_scale + (pos - tail_block * kKvBlockPositions)
-               : k_scale + pos;
+           : pages != nullptr ? reinterpret_cast<float*>(pages[pos / kKvBlockPositions] + page_ks) +
+                                    pos % kKvBlockPositions
+                              : k_scale + pos;
   }
   POCKET_KV_ACCESSOR float* ValueScale(int64_t pos) const {
     return pos >= tail_block * kKvBlockPositions
                ? tail_v_scale + (pos - tail_block * kKvBlockPositions)
-               : v_scale + pos;
+           : pages != nullptr ? reinterpret_cast<float*>(pages[pos / kKvBlockPositions] + page_vs) +
+                                    pos % kKvBlockPositions
+                              : v_scale + pos;
   }
 };
 #undef POCKET_KV_ACCESSOR

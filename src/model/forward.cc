@@ -344,7 +344,8 @@ KvHeadView GatherTreeTail(const BatchSegment& seg, const KvHeadView& cache, uint
   const int64_t own = seg.first_position();
   const int64_t end = own + seg.n_rows();
   const int64_t n_blocks = (end - begin + kKvBlockPositions - 1) / kKvBlockPositions;
-  KvHeadView t = cache;  // type and head size; addresses below
+  KvHeadView t = cache;  // type and head size; addresses below (contiguous: no pages)
+  t.pages = nullptr;
   t.k = tail;
   t.v = tail + n_blocks * cache.BlockBytes();
   t.k_scale = reinterpret_cast<float*>(tail + 2 * n_blocks * cache.BlockBytes());
@@ -607,6 +608,10 @@ void Outputs(Pass& p) {
 
 Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const ForwardBatch& b) {
   POCKET_RETURN_IF_ERROR(CheckBatch(model, s, b));
+  // The KV pages the rows write (a new one every 16 positions, reused pages first).
+  for (const BatchSegment& seg : b.segments) {
+    POCKET_RETURN_IF_ERROR(seg.kv->Reserve(seg.kv_pos + seg.n_rows()));
+  }
   const ModelConfig& c = model.config();
   const int32_t n = static_cast<int32_t>(b.tokens.size());
   // The forms of the layers' matrices, and the attention tasks, per segment.

@@ -17,34 +17,72 @@ StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvTy
   kv.head_dim_ = config.head_dim;
   const size_t heads =
       static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.n_kv_heads);
-  kv.data_bytes_ = heads * 2 * static_cast<size_t>(kv.n_ctx_padded_) *
-                   static_cast<size_t>(config.head_dim) * KvElementBytes(type);
-  // Not zero-filled: pages are touched only as positions are written.
-  kv.data_.reset(new (std::nothrow) uint8_t[kv.data_bytes_]);
-  if (type == KvType::kQ8) {
-    kv.n_scales_ = heads * 2 * static_cast<size_t>(kv.n_ctx_padded_);
-    kv.scales_.reset(new (std::nothrow) float[kv.n_scales_]);
-  }
-  if (!kv.data_ || (type == KvType::kQ8 && !kv.scales_)) {
-    return ResourceExhaustedError("cannot allocate the KV cache: ", HumanBytes(kv.bytes()),
-                                  " for a context of ", n_ctx);
-  }
+  kv.page_bytes_ = heads * 2 *
+                   (static_cast<size_t>(kKvBlockPositions) * static_cast<size_t>(config.head_dim) *
+                        KvElementBytes(type) +
+                    (type == KvType::kQ8 ? kKvBlockPositions * sizeof(float) : 0));
+  const size_t n_pages = static_cast<size_t>(kv.n_ctx_padded_) / kKvBlockPositions;
+  kv.pages_.resize(n_pages);
+  kv.table_.assign(n_pages, nullptr);
+  kv.free_.reserve(n_pages);  // Shrink never allocates
   return kv;
 }
 
+Status KvCache::Reserve(int32_t end) {
+  if (end > n_ctx_) {
+    return OutOfRangeError("positions up to ", end, " do not fit the context of ", n_ctx_);
+  }
+  const size_t n =
+      (static_cast<size_t>(std::max(end, 0)) + kKvBlockPositions - 1) / kKvBlockPositions;
+  for (size_t b = 0; b < n; ++b) {
+    if (pages_[b]) continue;
+    if (!free_.empty()) {
+      pages_[b] = std::move(free_.back());
+      free_.pop_back();
+    } else {
+      // Not zero-filled: a page's bytes are written before they are read (masked past the end).
+      pages_[b].reset(new (std::nothrow) uint8_t[page_bytes_]);
+      if (!pages_[b]) {
+        return ResourceExhaustedError("cannot allocate a KV page of ", HumanBytes(page_bytes_),
+                                      " (", n_used_, " pages held, ", HumanBytes(bytes()),
+                                      ") for positions up to ", end);
+      }
+    }
+    table_[b] = pages_[b].get();
+    ++n_used_;
+  }
+  return Status::Ok();
+}
+
+void KvCache::Shrink(int32_t end) {
+  const size_t keep =
+      (static_cast<size_t>(std::max(end, 0)) + kKvBlockPositions - 1) / kKvBlockPositions;
+  for (size_t b = keep; b < pages_.size(); ++b) {
+    if (!pages_[b]) continue;
+    free_.push_back(std::move(pages_[b]));
+    table_[b] = nullptr;
+    --n_used_;
+  }
+}
+
+void KvCache::Trim() {
+  free_.clear();
+}
+
 KvHeadView KvCache::head(int32_t layer, int32_t kv_head) const {
-  const size_t index =
-      static_cast<size_t>(layer) * static_cast<size_t>(n_kv_heads_) + static_cast<size_t>(kv_head);
-  const size_t plane = static_cast<size_t>(n_ctx_padded_) * static_cast<size_t>(head_dim_);
-  const size_t elem = KvElementBytes(type_);
+  const int64_t index = static_cast<int64_t>(layer) * n_kv_heads_ + kv_head;
+  const int64_t heads = static_cast<int64_t>(n_layers_) * n_kv_heads_;
   KvHeadView v;
   v.type = type_;
   v.head_dim = head_dim_;
-  v.k = data_.get() + (index * 2) * plane * elem;
-  v.v = data_.get() + (index * 2 + 1) * plane * elem;
+  const int64_t block = v.BlockBytes();
+  v.pages = table_.data();
+  v.page_k = index * 2 * block;
+  v.page_v = (index * 2 + 1) * block;
   if (type_ == KvType::kQ8) {
-    v.k_scale = scales_.get() + (index * 2) * static_cast<size_t>(n_ctx_padded_);
-    v.v_scale = scales_.get() + (index * 2 + 1) * static_cast<size_t>(n_ctx_padded_);
+    const int64_t scales = heads * 2 * block;
+    v.page_ks = scales + index * 2 * kKvBlockPositions * static_cast<int64_t>(sizeof(float));
+    v.page_vs = v.page_ks + kKvBlockPositions * static_cast<int64_t>(sizeof(float));
   }
   return v;
 }
@@ -57,13 +95,15 @@ KvCache KvCache::Clone() const {
   kv.n_layers_ = n_layers_;
   kv.n_kv_heads_ = n_kv_heads_;
   kv.head_dim_ = head_dim_;
-  kv.data_bytes_ = data_bytes_;
-  kv.n_scales_ = n_scales_;
-  kv.data_.reset(new uint8_t[data_bytes_]);
-  std::memcpy(kv.data_.get(), data_.get(), data_bytes_);
-  if (n_scales_ > 0) {
-    kv.scales_.reset(new float[n_scales_]);
-    std::memcpy(kv.scales_.get(), scales_.get(), n_scales_ * sizeof(float));
+  kv.page_bytes_ = page_bytes_;
+  kv.pages_.resize(pages_.size());
+  kv.table_.assign(pages_.size(), nullptr);
+  for (size_t b = 0; b < pages_.size(); ++b) {
+    if (!pages_[b]) continue;
+    kv.pages_[b].reset(new uint8_t[page_bytes_]);
+    std::memcpy(kv.pages_[b].get(), pages_[b].get(), page_bytes_);
+    kv.table_[b] = kv.pages_[b].get();
+    ++kv.n_used_;
   }
   return kv;
 }
@@ -78,6 +118,13 @@ Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blo
     return OutOfRangeError("KV blocks ", first, " to ", first + n_blocks - 1,
                            " do not fit caches of ", from.n_ctx_, " and ", n_ctx_, " positions");
   }
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    if (from.table_[static_cast<size_t>(b)] == nullptr) {
+      return FailedPreconditionError("KV block ", b, " of the source is not held");
+    }
+  }
+  POCKET_RETURN_IF_ERROR(
+      Reserve(std::min(n_blocks * static_cast<int32_t>(kKvBlockPositions), n_ctx_)));
   for (int32_t layer = 0; layer < n_layers_; ++layer) {
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const KvHeadView src = from.head(layer, g), dst = head(layer, g);

@@ -1,13 +1,17 @@
 // The attention keys and values of every past position, per layer and KV head, in the layout the
 // attention kernels read (kernels/kernel_table.h, KvHeadView): K blocked by 16 positions and
 // transposed inside a block, V row-major; f16 by default, f32 or int8 (one scale per position) on
-// request. Sized once for the requested context; a session owns one. Copying is explicit (Clone).
+// request. Paged: a page holds one block of 16 positions of every layer and head, allocated when
+// a pass first writes there (Reserve, called by Forward), so memory follows the positions held,
+// not the context size; pages cut off (Shrink) are kept for reuse until Trim frees them. A session
+// owns one. Copying is explicit (Clone).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "kernels/kernel_table.h"
@@ -24,7 +28,22 @@ class KvCache {
 
   int32_t n_ctx() const { return n_ctx_; }
   KvType type() const { return type_; }
-  size_t bytes() const { return data_bytes_ + n_scales_ * sizeof(float); }
+  // Bytes held: pages in use and kept for reuse.
+  size_t bytes() const { return (n_used_ + free_.size()) * page_bytes_; }
+  // Bytes of the pages in use (positions held, in whole blocks).
+  size_t used_bytes() const { return n_used_ * page_bytes_; }
+  // Bytes of one page (16 positions of every layer and head).
+  size_t page_bytes() const { return page_bytes_; }
+  // Bytes the whole context would hold.
+  size_t context_bytes() const { return pages_.size() * page_bytes_; }
+
+  // Pages for positions [0, end) (end <= n_ctx): from the kept ones first, else allocated
+  // (ResourceExhausted naming the sizes when that fails; the cache is unchanged then).
+  Status Reserve(int32_t end);
+  // Gives up the pages past the block of position end - 1 (kept for reuse).
+  void Shrink(int32_t end);
+  // Frees the kept pages.
+  void Trim();
 
   KvHeadView head(int32_t layer, int32_t kv_head) const;
 
@@ -42,10 +61,12 @@ class KvCache {
 
  private:
   KvCache() = default;
-  std::unique_ptr<uint8_t[]> data_;
-  std::unique_ptr<float[]> scales_;
-  size_t data_bytes_ = 0;
-  size_t n_scales_ = 0;
+  // pages_[b]: block b's page (null: not held); table_ mirrors it as the views' page table.
+  std::vector<std::unique_ptr<uint8_t[]>> pages_;
+  std::vector<uint8_t*> table_;
+  std::vector<std::unique_ptr<uint8_t[]>> free_;  // pages kept for reuse
+  size_t n_used_ = 0;
+  size_t page_bytes_ = 0;
   KvType type_ = KvType::kF16;
   int32_t n_ctx_ = 0;
   int32_t n_ctx_padded_ = 0;  // a multiple of 16 (K blocks)

@@ -166,10 +166,11 @@ class Session {
   StatusOr<std::string> Load(const std::string& path, uint64_t max_user_data_bytes = UINT64_MAX,
                              uint64_t* user_data_bytes = nullptr);
 
-  // Forgets the context.
+  // Forgets the context and frees its KV pages.
   void Reset() {
     Truncate(0);
     logits_at_ = 0;
+    kv_.Trim();
   }
 
  private:
@@ -197,6 +198,7 @@ class Session {
   void Truncate(size_t n) {
     history_.resize(std::min(history_.size(), n));
     hidden_synced_ = std::min(hidden_synced_, history_.size());
+    kv_.Shrink(static_cast<int32_t>(history_.size()));  // pages kept for reuse
   }
   // The prefiller of Generate: the context becomes `prompt` (reused rows counted in `result`);
   // false when it was cancelled (the result says so).

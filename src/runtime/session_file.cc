@@ -302,8 +302,12 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
   const uint8_t* user_at = at + n * static_cast<int64_t>(sizeof(int32_t)) +
                            (has_logits ? static_cast<int64_t>(c.vocab_size * sizeof(float)) : 0);
   std::string user_data(reinterpret_cast<const char*>(user_at), static_cast<size_t>(user_bytes));
+  // The KV pages (allocated while the session is as it was; Truncate keeps them for reuse).
+  POCKET_RETURN_IF_ERROR(kv_.Reserve(static_cast<int32_t>(n)));
   // Everything checked (and allocated): the session changes from here on.
-  Reset();
+  Truncate(0);
+  logits_at_ = 0;
+  POCKET_RETURN_IF_ERROR(kv_.Reserve(static_cast<int32_t>(n)));  // the kept pages: cannot fail
   history_.resize(static_cast<size_t>(n));
   if (n > 0) std::memcpy(history_.data(), at, static_cast<size_t>(n) * sizeof(int32_t));
   at += n * static_cast<int64_t>(sizeof(int32_t));
