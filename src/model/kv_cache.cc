@@ -18,10 +18,11 @@ StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvTy
   const size_t heads =
       static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.n_kv_heads);
   kv.page_bytes_ = heads * 2 *
-                   (static_cast<size_t>(kKvBlockPositions) * static_cast<size_t>(config.head_dim) *
+                   (static_cast<size_t>(kKvPagePositions) * static_cast<size_t>(config.head_dim) *
                         KvElementBytes(type) +
-                    (type == KvType::kQ8 ? kKvBlockPositions * sizeof(float) : 0));
-  const size_t n_pages = static_cast<size_t>(kv.n_ctx_padded_) / kKvBlockPositions;
+                    (type == KvType::kQ8 ? kKvPagePositions * sizeof(float) : 0));
+  const size_t n_pages =
+      (static_cast<size_t>(kv.n_ctx_padded_) + kKvPagePositions - 1) / kKvPagePositions;
   kv.pages_.resize(n_pages);
   kv.table_.assign(n_pages, nullptr);
   kv.free_.reserve(n_pages);  // Shrink never allocates
@@ -33,7 +34,7 @@ Status KvCache::Reserve(int32_t end) {
     return OutOfRangeError("positions up to ", end, " do not fit the context of ", n_ctx_);
   }
   const size_t n =
-      (static_cast<size_t>(std::max(end, 0)) + kKvBlockPositions - 1) / kKvBlockPositions;
+      (static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions;
   for (size_t b = 0; b < n; ++b) {
     if (pages_[b]) continue;
     if (!free_.empty()) {
@@ -54,9 +55,18 @@ Status KvCache::Reserve(int32_t end) {
   return Status::Ok();
 }
 
+size_t KvCache::ReserveBytes(int32_t end) const {
+  const size_t n =
+      std::min((static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions,
+               pages_.size());
+  size_t missing = 0;
+  for (size_t b = 0; b < n; ++b) missing += pages_[b] ? 0 : 1;
+  return (missing - std::min(missing, free_.size())) * page_bytes_;
+}
+
 void KvCache::Shrink(int32_t end) {
   const size_t keep =
-      (static_cast<size_t>(std::max(end, 0)) + kKvBlockPositions - 1) / kKvBlockPositions;
+      (static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions;
   for (size_t b = keep; b < pages_.size(); ++b) {
     if (!pages_[b]) continue;
     free_.push_back(std::move(pages_[b]));
@@ -75,14 +85,15 @@ KvHeadView KvCache::head(int32_t layer, int32_t kv_head) const {
   KvHeadView v;
   v.type = type_;
   v.head_dim = head_dim_;
-  const int64_t block = v.BlockBytes();
+  // A page: for every head, its K blocks then its V rows; then (kQ8) every head's K and V scales.
+  const int64_t run = v.BlockBytes() * kKvPageBlocks;
   v.pages = table_.data();
-  v.page_k = index * 2 * block;
-  v.page_v = (index * 2 + 1) * block;
+  v.page_k = index * 2 * run;
+  v.page_v = (index * 2 + 1) * run;
   if (type_ == KvType::kQ8) {
-    const int64_t scales = heads * 2 * block;
-    v.page_ks = scales + index * 2 * kKvBlockPositions * static_cast<int64_t>(sizeof(float));
-    v.page_vs = v.page_ks + kKvBlockPositions * static_cast<int64_t>(sizeof(float));
+    const int64_t scales = heads * 2 * run;
+    v.page_ks = scales + index * 2 * kKvPagePositions * static_cast<int64_t>(sizeof(float));
+    v.page_vs = v.page_ks + kKvPagePositions * static_cast<int64_t>(sizeof(float));
   }
   return v;
 }
@@ -118,13 +129,14 @@ Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blo
     return OutOfRangeError("KV blocks ", first, " to ", first + n_blocks - 1,
                            " do not fit caches of ", from.n_ctx_, " and ", n_ctx_, " positions");
   }
-  for (int32_t b = 0; b < n_blocks; ++b) {
-    if (from.table_[static_cast<size_t>(b)] == nullptr) {
+  const int32_t end =
+      std::min((first + n_blocks) * static_cast<int32_t>(kKvBlockPositions), n_ctx_);
+  for (int32_t b = first; b < first + n_blocks; ++b) {
+    if (from.table_[static_cast<size_t>(b / kKvPageBlocks)] == nullptr) {
       return FailedPreconditionError("KV block ", b, " of the source is not held");
     }
   }
-  POCKET_RETURN_IF_ERROR(
-      Reserve(std::min(n_blocks * static_cast<int32_t>(kKvBlockPositions), n_ctx_)));
+  POCKET_RETURN_IF_ERROR(Reserve(end));
   for (int32_t layer = 0; layer < n_layers_; ++layer) {
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const KvHeadView src = from.head(layer, g), dst = head(layer, g);

@@ -32,7 +32,7 @@ class KvCache {
   size_t bytes() const { return (n_used_ + free_.size()) * page_bytes_; }
   // Bytes of the pages in use (positions held, in whole blocks).
   size_t used_bytes() const { return n_used_ * page_bytes_; }
-  // Bytes of one page (16 positions of every layer and head).
+  // Bytes of one page (kKvPagePositions positions of every layer and head).
   size_t page_bytes() const { return page_bytes_; }
   // Bytes the whole context would hold.
   size_t context_bytes() const { return pages_.size() * page_bytes_; }
@@ -40,6 +40,8 @@ class KvCache {
   // Pages for positions [0, end) (end <= n_ctx): from the kept ones first, else allocated
   // (ResourceExhausted naming the sizes when that fails; the cache is unchanged then).
   Status Reserve(int32_t end);
+  // The bytes Reserve(end) would allocate (pages not held, less the kept ones it reuses).
+  size_t ReserveBytes(int32_t end) const;
   // Gives up the pages past the block of position end - 1 (kept for reuse).
   void Shrink(int32_t end);
   // Frees the kept pages.

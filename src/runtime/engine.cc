@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <random>
+#include <system_error>
 #include <utility>
 
+#include "base/str.h"
 #include "base/timer.h"
 #include "runtime/token_step.h"
 
@@ -30,7 +34,20 @@ struct Engine::Request {
   int32_t pending = -1;
   int32_t n_decoded = 0;  // token steps taken (Generate's loop counter)
   Stopwatch watch;
+  // The KV budget: the session saved to swap_path (with swap_tokens positions) and reset.
+  bool swapped = false;
+  std::string swap_path;
+  size_t swap_tokens = 0;
 };
+
+namespace {
+
+// Bytes of the pages that hold positions [0, n) of `kv`.
+size_t PagesBytes(const KvCache& kv, size_t n) {
+  return (n + kKvPagePositions - 1) / kKvPagePositions * kv.page_bytes();
+}
+
+}  // namespace
 
 Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool,
                ForwardScratch scratch, const EngineOptions& options)
@@ -46,10 +63,19 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> p
   requests_.reserve(static_cast<size_t>(options.max_requests));
   logits_.resize(static_cast<size_t>(options.max_requests) *
                  static_cast<size_t>(model_->config().vocab_size));
+  std::random_device rd;
+  swap_tag_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-// Requests never taken are dropped without touching their sessions (which may be gone).
-Engine::~Engine() = default;
+// Requests never taken are dropped without touching their sessions (which may be gone; a swapped
+// one was reset when it was saved). Their swap files are removed.
+Engine::~Engine() {
+  for (const auto& r : requests_) {
+    if (!r->swapped) continue;
+    std::error_code ec;
+    std::filesystem::remove(r->swap_path, ec);
+  }
+}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model,
                                                  std::shared_ptr<ThreadPool> pool,
@@ -108,6 +134,18 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
     return ResourceExhaustedError("the engine holds ", requests_.size(),
                                   " requests (active or not taken), its limit");
   }
+  if (options_.kv_budget_bytes > 0) {
+    const size_t positions = std::min(prompt.size() + static_cast<size_t>(options.max_tokens),
+                                      static_cast<size_t>(session->kv_.n_ctx()));
+    const size_t need = PagesBytes(session->kv_, positions);
+    if (need > options_.kv_budget_bytes) {
+      return ResourceExhaustedError("the request needs ", HumanBytes(need), " of KV cache for ",
+                                    positions, " positions (", prompt.size(), " prompt + up to ",
+                                    options.max_tokens,
+                                    " new tokens), more than the engine's KV budget of ",
+                                    HumanBytes(options_.kv_budget_bytes));
+    }
+  }
   // The scratch's adapter buffers, sized for the set now (never on a step).
   POCKET_RETURN_IF_ERROR(scratch_.ReserveAdapters(*model_, AdapterMidFloats(session->adapters_)));
 
@@ -144,7 +182,7 @@ void Engine::Finish(Request& r, bool run_finish) {
     r.status = r.step->Finish(r.options.max_tokens);
     r.result.decode_us = r.watch.elapsed_us();
     // The prompt's keys and values into the prefix cache, after the output (as Generate).
-    if (r.status.ok()) r.session->StorePrefix(r.prompt);
+    if (r.status.ok() && !r.swapped) r.session->StorePrefix(r.prompt);
   }
   r.phase = Request::Phase::kDone;
   r.session->cancel_.store(false, std::memory_order_relaxed);
@@ -193,8 +231,17 @@ StatusOr<int32_t> Engine::Step() {
     bool* flag;
     ~Done() { *flag = false; }
   } done{&stepping_};
+  planned_bytes_ = 0;
+  if (options_.kv_budget_bytes > 0) {
+    for (auto& r : requests_) {  // a swapped request cancelled ends where it is
+      if (!r->swapped || r->phase == Request::Phase::kDone || !r->session->cancelled()) continue;
+      r->result.stop_reason = StopReason::kCancelled;
+      Finish(*r, r->phase != Request::Phase::kPrefill);
+    }
+    RestoreWaiting();
+  }
   for (auto& r : requests_) {
-    if (r->phase == Request::Phase::kReady) Advance(*r);
+    if (r->phase == Request::Phase::kReady && !r->swapped) Advance(*r);
   }
   tokens_.clear();
   segments_.clear();
@@ -203,13 +250,14 @@ StatusOr<int32_t> Engine::Step() {
   const int32_t max_rows = scratch_.max_batch();
   // Decode rows first (one each: they always fit), then prefill chunks while they fit.
   for (auto& r : requests_) {
-    if (r->phase != Request::Phase::kDecode) continue;
+    if (r->phase != Request::Phase::kDecode || r->swapped) continue;
     Session& s = *r->session;
     if (s.cancelled()) {
       r->result.stop_reason = StopReason::kCancelled;
       Finish(*r, true);
       continue;
     }
+    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()) + 1)) continue;
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size()) + 1,
                      static_cast<int32_t>(s.history_.size())};
@@ -220,7 +268,7 @@ StatusOr<int32_t> Engine::Step() {
   }
   last_decode_rows_ = static_cast<int32_t>(tokens_.size());
   for (auto& r : requests_) {
-    if (r->phase != Request::Phase::kPrefill) continue;
+    if (r->phase != Request::Phase::kPrefill || r->swapped) continue;
     Session& s = *r->session;
     if (s.cancelled()) {  // as Generate: a prefill cancelled returns at once, no stream to finish
       r->result.stop_reason = StopReason::kCancelled;
@@ -229,6 +277,7 @@ StatusOr<int32_t> Engine::Step() {
     }
     const size_t n = std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
     if (tokens_.size() + n > static_cast<size_t>(max_rows)) continue;  // next step
+    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size() + n))) continue;
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size() + n),
                      static_cast<int32_t>(s.history_.size())};
@@ -239,6 +288,17 @@ StatusOr<int32_t> Engine::Step() {
     in_batch_.push_back(r.get());
   }
   last_rows_ = static_cast<int32_t>(tokens_.size());
+  if (tokens_.empty() && options_.kv_budget_bytes > 0) {
+    // Nothing could run (never expected: the oldest request can always evict the others). Fail
+    // the oldest waiting request rather than loop without progress.
+    for (auto& r : requests_) {
+      if (r->phase == Request::Phase::kDone || r->phase == Request::Phase::kReady) continue;
+      Fail(*r, ResourceExhaustedError("no request fits the KV budget of ",
+                                      HumanBytes(options_.kv_budget_bytes), " (",
+                                      HumanBytes(ResidentBytes()), " held)"));
+      break;
+    }
+  }
   if (!tokens_.empty()) {
     for (const BatchSegment& seg : segments_) out_rows_.push_back(seg.row_end - 1);
     ForwardBatch batch;
@@ -273,10 +333,137 @@ StatusOr<int32_t> Engine::Step() {
       }
     }
   }
+  if (options_.kv_budget_bytes > 0) {
+    stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
+  }
   for (auto& r : requests_) {
-    if (r->phase == Request::Phase::kReady) Advance(*r);
+    if (r->phase == Request::Phase::kReady && !r->swapped) Advance(*r);
   }
   return n_active();
+}
+
+size_t Engine::ResidentBytes() const {
+  size_t bytes = 0;
+  for (const auto& r : requests_) bytes += r->swapped ? 0 : r->session->kv_.bytes();
+  return bytes;
+}
+
+bool Engine::MakeRoom(Request& r, int32_t end) {
+  const size_t budget = options_.kv_budget_bytes;
+  if (budget == 0) return true;
+  const size_t need = r.session->kv_.ReserveBytes(end);
+  if (need == 0) return true;
+  auto in_batch = [this](const Request* q) {
+    return std::find(in_batch_.begin(), in_batch_.end(), q) != in_batch_.end();
+  };
+  size_t resident = ResidentBytes();
+  while (resident + planned_bytes_ + need > budget) {
+    // A victim: a finished request's session (idle) first, else the newest active request
+    // submitted after r that is not in this step's batch.
+    Request* victim = nullptr;
+    for (auto it = requests_.rbegin(); it != requests_.rend() && victim == nullptr; ++it) {
+      Request* q = it->get();
+      if (q != &r && !q->swapped && q->phase == Request::Phase::kDone) victim = q;
+    }
+    if (victim == nullptr) {
+      for (auto it = requests_.rbegin(); it != requests_.rend() && it->get() != &r; ++it) {
+        Request* q = it->get();
+        if (!q->swapped && q->phase != Request::Phase::kDone && !in_batch(q)) {
+          victim = q;
+          break;
+        }
+      }
+    }
+    if (victim == nullptr) break;
+    const Status saved = SwapOut(*victim);
+    if (!saved.ok()) {
+      Fail(r, Status(saved.code(), StrCat("the KV budget of ", HumanBytes(budget),
+                                          " is full and a session could not be saved to make "
+                                          "room: ",
+                                          saved.message())));
+      return false;
+    }
+    resident = ResidentBytes();
+  }
+  if (resident + planned_bytes_ + need <= budget) {
+    planned_bytes_ += need;
+    return true;
+  }
+  // Alone (nothing else in memory, nothing planned) and still too large: it can never run.
+  if (planned_bytes_ == 0 && resident == r.session->kv_.bytes()) {
+    Fail(r, ResourceExhaustedError("the session needs ", HumanBytes(resident + need),
+                                   " of KV cache for ", end,
+                                   " positions, more than the KV budget of ", HumanBytes(budget)));
+  }
+  return false;  // it waits for a later step
+}
+
+Status Engine::SwapOut(Request& r) {
+  Session& s = *r.session;
+  std::filesystem::path dir = options_.swap_dir;
+  if (dir.empty()) {
+    std::error_code ec;
+    dir = std::filesystem::temp_directory_path(ec);
+    if (ec) return IoError("no temporary directory for swapped sessions: ", ec.message());
+  }
+  char tag[17];
+  std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(swap_tag_));
+  const std::string path = (dir / StrCat("pocket-swap-", tag, "-", r.id, ".session")).string();
+  POCKET_RETURN_IF_ERROR(s.Save(path));
+  r.swap_tokens = s.history_.size();
+  r.swap_path = path;
+  r.swapped = true;
+  s.Reset();  // a consistent, empty session while it is on disk
+  ++stats_.swaps_out;
+  return Status::Ok();
+}
+
+Status Engine::SwapIn(Request& r) {
+  Session& s = *r.session;
+  const StatusOr<std::string> loaded = s.Load(r.swap_path);
+  std::error_code ec;
+  std::filesystem::remove(r.swap_path, ec);
+  r.swapped = false;
+  r.swap_path.clear();
+  if (!loaded.ok()) {
+    return Status(loaded.status().code(),
+                  StrCat("restoring a swapped session: ", loaded.status().message()));
+  }
+  ++stats_.swaps_in;
+  return Status::Ok();
+}
+
+void Engine::RestoreWaiting() {
+  const size_t budget = options_.kv_budget_bytes;
+  for (auto& r : requests_) {
+    if (!r->swapped || r->phase == Request::Phase::kDone) continue;
+    size_t active = 0;
+    for (const auto& q : requests_) {
+      active += !q->swapped && q->phase != Request::Phase::kDone ? 1 : 0;
+    }
+    // Room for it and, when others are in memory, for one more page of each of them and of it
+    // (so it is not evicted at once); idle sessions (finished requests) make room first.
+    const size_t need = PagesBytes(r->session->kv_, r->swap_tokens) +
+                        (active > 0 ? (active + 1) * r->session->kv_.page_bytes() : 0);
+    while (ResidentBytes() + need > budget) {
+      Request* idle = nullptr;
+      for (auto it = requests_.rbegin(); it != requests_.rend() && idle == nullptr; ++it) {
+        if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) idle = it->get();
+      }
+      if (idle == nullptr || !SwapOut(*idle).ok()) break;
+    }
+    if (ResidentBytes() + need > budget) return;  // oldest first: the later ones wait too
+    const Status restored = SwapIn(*r);
+    if (!restored.ok()) Fail(*r, restored);
+  }
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.kv_bytes = ResidentBytes();
+  s.n_swapped = 0;
+  for (const auto& r : requests_) s.n_swapped += r->swapped ? 1 : 0;
+  return s;
 }
 
 Status Engine::Run() {
@@ -308,6 +495,10 @@ StatusOr<GenerateResult> Engine::Take(int64_t id) {
     }
     std::unique_ptr<Request> r = std::move(*it);
     requests_.erase(it);
+    if (r->swapped) {  // handed back in memory, whatever the budget
+      const Status restored = SwapIn(*r);
+      if (!restored.ok() && r->status.ok()) r->status = restored;
+    }
     if (!r->status.ok()) return r->status;
     return std::move(r->result);
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -36,6 +37,24 @@ struct EngineOptions {
   // A step's batch holds up to max_chunk + max_requests rows, so a whole chunk always fits next
   // to every decode row.
   int32_t max_chunk = 512;
+  // A cap on the KV memory of the sessions in the engine's requests (0: none), in bytes of pages
+  // held (KvCache::bytes). When a step needs pages beyond it, sessions are saved to `swap_dir`
+  // (Session::Save) and their pages freed: those of finished requests not yet taken first, then
+  // the newest active requests; a swapped request waits and is restored (oldest first) when it
+  // fits again, or at Take. The oldest active request can always evict the others, so every
+  // request completes. Submit refuses, with ResourceExhausted naming the sizes, a request whose
+  // prompt and max_tokens cannot fit the budget alone.
+  size_t kv_budget_bytes = 0;
+  // Where swapped sessions are written (empty: the system's temporary directory).
+  std::string swap_dir;
+};
+
+struct EngineStats {
+  int64_t swaps_out = 0;     // sessions saved to disk and their pages freed
+  int64_t swaps_in = 0;      // sessions restored
+  size_t kv_bytes = 0;       // KV pages held by the sessions in memory now
+  size_t peak_kv_bytes = 0;  // the most held after a step's pass
+  int32_t n_swapped = 0;     // requests whose sessions are on disk now
 };
 
 class Engine {
@@ -75,6 +94,8 @@ class Engine {
   int32_t last_decode_rows() const { return last_decode_rows_; }
   // Bytes the engine holds (its scratch and logits buffer).
   size_t memory_bytes() const { return scratch_.bytes() + logits_.capacity() * sizeof(float); }
+  // Swaps and KV bytes (with a budget, kv_bytes stays within it after every step).
+  EngineStats stats() const;
 
   ~Engine();
   Engine(const Engine&) = delete;
@@ -90,6 +111,14 @@ class Engine {
   // cleared.
   void Finish(Request& r, bool run_finish);
   void Fail(Request& r, Status status);
+  // The KV budget: bytes held by the sessions in memory; whether `r` may grow its cache to `end`
+  // positions this step (evicting others when needed; it fails `r` when it cannot fit alone);
+  // saving a session to disk and back; restoring the waiting ones that fit.
+  size_t ResidentBytes() const;
+  bool MakeRoom(Request& r, int32_t end);
+  Status SwapOut(Request& r);
+  Status SwapIn(Request& r);
+  void RestoreWaiting();
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<ThreadPool> pool_;
@@ -105,7 +134,10 @@ class Engine {
   std::vector<float> logits_;
   int32_t last_rows_ = 0;
   int32_t last_decode_rows_ = 0;
-  bool stepping_ = false;  // inside Step (stream callbacks run there)
+  bool stepping_ = false;     // inside Step (stream callbacks run there)
+  size_t planned_bytes_ = 0;  // pages the step's batch will allocate (budget bookkeeping)
+  EngineStats stats_;
+  uint64_t swap_tag_ = 0;  // a random tag in this engine's swap file names
 };
 
 }  // namespace pocket

@@ -74,7 +74,7 @@ Status PrefixCache::StoreLocked(const std::shared_ptr<const Model>& model,
   // The copy, outside the lock (the caller's cache is its own).
   POCKET_ASSIGN_OR_RETURN(KvCache copy,
                           KvCache::Create(model->config(), static_cast<int32_t>(n), kv.type()));
-  if (copy.bytes() > options_.max_bytes) return Status::Ok();
+  if (copy.context_bytes() > options_.max_bytes) return Status::Ok();
   POCKET_RETURN_IF_ERROR(copy.CopyBlocksFrom(kv, 0, static_cast<int32_t>(n / kKvBlockPositions)));
   auto entry = std::make_unique<Entry>(Entry{model, adapters, kv.type(),
                                              std::vector<int32_t>(tokens.begin(), tokens.end()),

@@ -80,8 +80,11 @@ class Session {
                sizeof(int32_t) +
            spec_segments_.capacity() * sizeof(BatchSegment);
   }
-  // Bytes of the KV cache (allocated for the whole context up front).
+  // Bytes of the KV pages the session holds (its positions in whole pages, and pages kept for
+  // reuse).
   size_t kv_bytes() const { return kv_.bytes(); }
+  // Bytes of one KV page (KvCache: the cache grows and shrinks by pages).
+  size_t kv_page_bytes() const { return kv_.page_bytes(); }
   // Tokens whose keys and values are in the cache, in order.
   std::span<const int32_t> history() const { return history_; }
 

@@ -366,6 +366,89 @@ TEST(EngineTest, QuantizedBatchWithAdaptersMatchesAlone) {
   }
 }
 
+// A KV budget of half what the 8 requests hold at their ends: sessions are saved to disk, their
+// pages freed and restored later, and every request still produces what it produces alone.
+TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  const std::vector<Case> cases = Cases();
+  std::vector<GenerateResult> alone;
+  std::vector<std::vector<int32_t>> histories(cases.size());
+  size_t page_bytes = 0, held = 0, largest = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    alone.push_back(f.Alone(cases[i], &histories[i]));
+    auto s = f.NewSession();
+    Prepared p = Prepare(*f.model, cases[i]);
+    ASSERT_TRUE(s->Generate(std::span<const int32_t>(p.prompt), p.options).ok());
+    page_bytes = s->kv_page_bytes();
+    // Paged: the cache holds the positions used, in whole pages (not the 256-token context).
+    const size_t pages = (histories[i].size() + kKvPagePositions - 1) / kKvPagePositions;
+    EXPECT_LE(s->kv_bytes(), pages * page_bytes) << "request " << i;
+    EXPECT_GE(s->kv_bytes(), page_bytes) << "request " << i;
+    held += pages * page_bytes;
+    const size_t need =
+        (std::min<size_t>(p.prompt.size() + static_cast<size_t>(p.options.max_tokens), 256) +
+         kKvPagePositions - 1) /
+        kKvPagePositions * page_bytes;
+    largest = std::max(largest, need);
+  }
+  EngineOptions eo;
+  eo.max_requests = 8;
+  eo.max_chunk = 16;
+  eo.kv_budget_bytes = std::max(held / 2, largest);
+  eo.swap_dir = std::string(POCKET_BINARY_DIR) + "/engine-swap";
+  std::filesystem::remove_all(eo.swap_dir);  // what an earlier run left
+  std::filesystem::create_directories(eo.swap_dir);
+  ASSERT_LT(eo.kv_budget_bytes, held);
+  auto engine = Engine::Create(f.model, f.pool, eo);
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<Prepared> prepared;
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    sessions.push_back(f.NewSession());
+    prepared.push_back(Prepare(*f.model, cases[i]));
+    auto id = e.Submit(sessions[i].get(), prepared[i].prompt, prepared[i].options);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  while (true) {
+    auto active = e.Step();
+    ASSERT_TRUE(active.ok()) << active.status().ToString();
+    EXPECT_LE(e.stats().kv_bytes, eo.kv_budget_bytes);
+    if (*active == 0) break;
+  }
+  const EngineStats st = e.stats();
+  EXPECT_GT(st.swaps_out, 0);
+  EXPECT_GT(st.swaps_in, 0);
+  EXPECT_LE(st.peak_kv_bytes, eo.kv_budget_bytes);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto r = e.Take(ids[i]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ExpectSame(*r, alone[i], i);
+    const std::vector<int32_t> history(sessions[i]->history().begin(),
+                                       sessions[i]->history().end());
+    EXPECT_EQ(history, histories[i]) << "request " << i;
+  }
+  EXPECT_EQ(e.stats().n_swapped, 0);
+  // No swap file is left behind.
+  EXPECT_TRUE(std::filesystem::is_empty(eo.swap_dir));
+  // A request that cannot fit alone is refused, naming the sizes.
+  eo.kv_budget_bytes = 2 * page_bytes;
+  auto small = Engine::Create(f.model, f.pool, eo);
+  ASSERT_TRUE(small.ok());
+  auto big = f.NewSession();
+  GenerateOptions g;
+  g.max_tokens = 200;
+  auto refused = (*small)->Submit(big.get(), std::vector<int32_t>(40, 5), g);
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("KV budget"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("240 positions"), std::string::npos)
+      << refused.status().ToString();
+}
+
 TEST(EngineTest, RefusesWhatItCannotRun) {
   Fixture f;
   ASSERT_TRUE(f.engine);

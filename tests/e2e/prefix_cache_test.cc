@@ -173,7 +173,7 @@ TEST(PrefixCacheTest, EntriesArePerAdapterSetAndKvTypeAndEvictedLeastRecentlyUse
   auto one = KvCache::Create(model->config(), 96, KvType::kF16);
   ASSERT_TRUE(one.ok());
   PrefixCacheOptions small;
-  small.max_bytes = (one->bytes() + 96 * sizeof(int32_t)) * 3 / 2;
+  small.max_bytes = (one->context_bytes() + 96 * sizeof(int32_t)) * 3 / 2;
   auto tight = std::make_shared<PrefixCache>(small);
   std::vector<int32_t> p2 = prompt;
   p2[0] = (p2[0] + 1) % vocab;
