@@ -472,10 +472,11 @@ inline __m512i ToBf16Row(__m512 a, __m512 b) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
 }
 
-// Row d of K block `block` (16 positions), as floats.
+// Row d of a K block (16 positions; `kb` from KvHeadView::KeyBlock, computed once per block: the
+// tile stores below may alias the view's page table, so addresses are not recomputed per row).
 template <KvType kType>
-inline __m512 KRow(const KvHeadView& kv, int64_t block, int64_t d) {
-  const KvElement<kType>* k = kv.KeyRow<const KvElement<kType>>(block, d);
+inline __m512 KRow(const KvElement<kType>* kb, int64_t d) {
+  const KvElement<kType>* k = kb + d * kKvBlockPositions;
   if constexpr (kType == KvType::kF32) {
     return _mm512_loadu_ps(k);
   } else {
@@ -483,10 +484,10 @@ inline __m512 KRow(const KvHeadView& kv, int64_t block, int64_t d) {
   }
 }
 
-// 16 values of position pos's V row from column c, as floats.
+// 16 values of a V row (`row` from KvHeadView::ValueRow) from column c, as floats.
 template <KvType kType>
-inline __m512 VRow16(const KvHeadView& kv, int64_t pos, int64_t c) {
-  const KvElement<kType>* v = kv.ValueRow<const KvElement<kType>>(pos) + c;
+inline __m512 VRow16(const KvElement<kType>* row, int64_t c) {
+  const KvElement<kType>* v = row + c;
   if constexpr (kType == KvType::kF32) {
     return _mm512_loadu_ps(v);
   } else {
@@ -542,6 +543,8 @@ void AttendTile(const AttentionTask& task, float* scratch) {
     // query hold whatever the cache has: their scores are masked, their values zeroed below.
     for (int blk = 0; blk < 2; ++blk) {
       const int64_t block = c0 / 16 + blk;
+      const KvElement<kType>* kb =
+          block * 16 > last_pos ? nullptr : task.kv.KeyBlock<const KvElement<kType>>(block);
       for (int32_t ds = 0; ds < n_ds; ++ds) {
         uint8_t* tile = kt + static_cast<size_t>(blk * n_ds + ds) * 1024;
         for (int r = 0; r < 16; ++r) {
@@ -550,20 +553,25 @@ void AttendTile(const AttentionTask& task, float* scratch) {
             continue;
           }
           const int64_t d = ds * 32 + 2 * r;
-          const __m512i packed =
-              ToBf16Row(KRow<kType>(task.kv, block, d), KRow<kType>(task.kv, block, d + 1));
+          const __m512i packed = ToBf16Row(KRow<kType>(kb, d), KRow<kType>(kb, d + 1));
           _mm512_store_si512(tile + 64 * r, _mm512_permutexvar_epi16(interleave, packed));
         }
       }
     }
     // Values as B tiles: tile vs row r holds positions c0 + 2r and + 1 for columns vs * 16 ..+16.
+    // Rows p and p + 1 (p even) are in one block: consecutive rows of head_dim elements.
+    const KvElement<kType>* vrow[16];
+    for (int r = 0; r < 16; ++r) {
+      const int64_t p = c0 + 2 * r;
+      vrow[r] = p <= last_pos ? task.kv.ValueRow<const KvElement<kType>>(p) : nullptr;
+    }
     for (int32_t vs = 0; vs < n_vs; ++vs) {
       uint8_t* tile = vt + static_cast<size_t>(vs) * 1024;
       for (int r = 0; r < 16; ++r) {
         const int64_t p = c0 + 2 * r;
-        const __m512 a = p <= last_pos ? VRow16<kType>(task.kv, p, vs * 16) : _mm512_setzero_ps();
+        const __m512 a = p <= last_pos ? VRow16<kType>(vrow[r], vs * 16) : _mm512_setzero_ps();
         const __m512 b =
-            p + 1 <= last_pos ? VRow16<kType>(task.kv, p + 1, vs * 16) : _mm512_setzero_ps();
+            p + 1 <= last_pos ? VRow16<kType>(vrow[r] + hd, vs * 16) : _mm512_setzero_ps();
         _mm512_store_si512(tile + 64 * r, _mm512_permutexvar_epi16(interleave, ToBf16Row(a, b)));
       }
     }
