@@ -414,6 +414,7 @@ Status Engine::SwapOut(Request& r) {
   r.swap_path = path;
   r.swapped = true;
   s.Reset();  // a consistent, empty session while it is on disk
+  s.ReleaseKv();
   ++stats_.swaps_out;
   return Status::Ok();
 }
