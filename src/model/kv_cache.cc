@@ -37,6 +37,20 @@ Status KvCache::Reserve(int32_t end) {
       (static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions;
   for (size_t b = 0; b < n; ++b) {
     if (pages_[b]) continue;
+    if (free_.empty() && b + 1 < n) {
+      // Allocate what is missing first, so a failure leaves the cache as it was.
+      size_t missing = 0;
+      for (size_t k = b; k < n; ++k) missing += pages_[k] ? 0 : 1;
+      while (free_.size() < missing) {
+        std::unique_ptr<uint8_t[]> page(new (std::nothrow) uint8_t[page_bytes_]);
+        if (!page) {
+          return ResourceExhaustedError("cannot allocate a KV page of ", HumanBytes(page_bytes_),
+                                        " (", n_used_, " pages held, ", HumanBytes(bytes()),
+                                        ") for positions up to ", end);
+        }
+        free_.push_back(std::move(page));
+      }
+    }
     if (!free_.empty()) {
       pages_[b] = std::move(free_.back());
       free_.pop_back();

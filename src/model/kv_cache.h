@@ -1,10 +1,10 @@
 // The attention keys and values of every past position, per layer and KV head, in the layout the
 // attention kernels read (kernels/kernel_table.h, KvHeadView): K blocked by 16 positions and
 // transposed inside a block, V row-major; f16 by default, f32 or int8 (one scale per position) on
-// request. Paged: a page holds one block of 16 positions of every layer and head, allocated when
-// a pass first writes there (Reserve, called by Forward), so memory follows the positions held,
-// not the context size; pages cut off (Shrink) are kept for reuse until Trim frees them. A session
-// owns one. Copying is explicit (Clone).
+// request. Paged: a page holds kKvPagePositions (64) positions of every layer and head, allocated
+// when a pass first writes there (Reserve, called by Forward), so memory follows the positions
+// held, not the context size; pages cut off (Shrink) are kept for reuse until Trim frees them. A
+// session owns one. Copying is explicit (Clone).
 #pragma once
 
 #include <cstddef>

@@ -166,6 +166,8 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
   }
   if (common == prompt.size() && s.logits_at_ != common) --common;
   s.Truncate(common);
+  // Under a budget a session keeps no spare pages: they would be counted and never used.
+  if (options_.kv_budget_bytes > 0) s.ReleaseKv();
   POCKET_ASSIGN_OR_RETURN(common, s.RestorePrefix(prompt, common, &r->result));
   r->result.n_reused_tokens = static_cast<int32_t>(std::min(common, prompt.size() - 1));
   r->result.n_prompt_tokens = static_cast<int32_t>(prompt.size()) - r->result.n_reused_tokens;
@@ -351,8 +353,8 @@ size_t Engine::ResidentBytes() const {
 bool Engine::MakeRoom(Request& r, int32_t end) {
   const size_t budget = options_.kv_budget_bytes;
   if (budget == 0) return true;
+  // (A zero need still evicts while over the budget: pages a prefix restore copied in.)
   const size_t need = r.session->kv_.ReserveBytes(end);
-  if (need == 0) return true;
   auto in_batch = [this](const Request* q) {
     return std::find(in_batch_.begin(), in_batch_.end(), q) != in_batch_.end();
   };
@@ -422,14 +424,14 @@ Status Engine::SwapOut(Request& r) {
 Status Engine::SwapIn(Request& r) {
   Session& s = *r.session;
   const StatusOr<std::string> loaded = s.Load(r.swap_path);
+  if (!loaded.ok()) {  // the file stays: a later restore (Take) may succeed
+    return Status(loaded.status().code(),
+                  StrCat("restoring a swapped session: ", loaded.status().message()));
+  }
   std::error_code ec;
   std::filesystem::remove(r.swap_path, ec);
   r.swapped = false;
   r.swap_path.clear();
-  if (!loaded.ok()) {
-    return Status(loaded.status().code(),
-                  StrCat("restoring a swapped session: ", loaded.status().message()));
-  }
   ++stats_.swaps_in;
   return Status::Ok();
 }

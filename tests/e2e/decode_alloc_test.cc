@@ -1,6 +1,6 @@
 // No heap allocation per decoded token: between one streamed token and the next, Session::Generate
 // (the token-step pipeline, the forward pass, the thread pool, the sampler, the text stream)
-// allocates nothing but the paged KV cache's pages, one per 16 positions the session reaches for
+// allocates nothing but the paged KV cache's pages, one per 64 positions the session reaches for
 // the first time (counted: exactly the pages its cache grew by); a session whose pages are held
 // from an earlier turn allocates nothing at all. A binary of its own: it replaces the global
 // operator new to count allocations (skipped under the sanitizers, which bring their own). Uses the
