@@ -24,6 +24,8 @@ Command AddBenchCommand(CLI::App& root) {
     bool verify_cost = false;
     std::string sessions;
     int32_t n_prefix = 0;
+    int32_t memory = 0;
+    std::string kv_budget, swap_dir;
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->models, "model(s) to benchmark (repeatable)")->required();
@@ -81,10 +83,21 @@ Command AddBenchCommand(CLI::App& root) {
                   "--sessions: the shared prefix of the prefix-cache measurement (time to first "
                   "token without and with the cache; 0: --n-prompt tokens; at least 32)")
       ->capture_default_str();
+  app->add_option("--memory", f->memory,
+                  "instead: the KV memory of N sessions on one engine whose prompts (-p) share "
+                  "their first --prefix-tokens tokens (evaluated once, in the prefix cache), each "
+                  "generating -n tokens: KV bytes held against the distinct tokens', swaps, peak "
+                  "RSS");
+  app->add_option("--kv-budget", f->kv_budget,
+                  "--memory: cap the sessions' KV memory at this many bytes (suffix K, M or G: "
+                  "KiB, MiB, GiB); beyond it sessions are saved to disk and restored");
+  app->add_option("--swap-dir", f->swap_dir,
+                  "--memory: where sessions are saved under the budget (default: the system's "
+                  "temporary directory)");
   SetExamples(app, {"pocket bench -m model.pocket",
-                    "pocket bench -m a.pocket -m b.gguf -t 0,1,2 -p 0 -n 64 -r 3 --no-ceilings "
-                    "--json",
-                    "pocket bench -m model.pocket -t 2 -p 128 -n 128 -r 3 --sessions 1,2,4,8"});
+                    "pocket bench -m model.pocket -t 2 -p 128 -n 128 -r 3 --sessions 1,2,4,8",
+                    "pocket bench -m model.pocket -t 2 -p 1536 -n 512 --prefix-tokens 1000 "
+                    "--memory 8 --kv-budget 64M --json"});
   return {
       app, [=]() -> int {
         // Usage errors first, before any file is read.
@@ -103,6 +116,46 @@ Command AddBenchCommand(CLI::App& root) {
         }
         if (f->draft_max < 1 || f->draft_max > 256) {
           return ReportUsageError(StrCat("--draft-max must be 1 to 256, got ", f->draft_max));
+        }
+        uint64_t kv_budget = 0;
+        if (!f->kv_budget.empty()) {
+          char* end = nullptr;
+          const double v = std::strtod(f->kv_budget.c_str(), &end);
+          const std::string unit = end != nullptr ? std::string(end) : std::string();
+          const double scale = unit.empty()                   ? 1.0
+                               : unit == "K" || unit == "KiB" ? 1024.0
+                               : unit == "M" || unit == "MiB" ? 1024.0 * 1024.0
+                               : unit == "G" || unit == "GiB" ? 1024.0 * 1024.0 * 1024.0
+                                                              : 0.0;
+          if (end == f->kv_budget.c_str() || scale == 0.0 || !(v > 0) || v * scale > 1e15) {
+            return ReportUsageError(StrCat("--kv-budget: ", QuoteBytes(f->kv_budget),
+                                           " is not a byte count (such as 67108864 or 64M)"));
+          }
+          kv_budget = static_cast<uint64_t>(v * scale);
+        }
+        if ((kv_budget > 0 || !f->swap_dir.empty()) && f->memory == 0) {
+          return ReportUsageError("--kv-budget and --swap-dir go with --memory");
+        }
+        if (f->memory != 0) {
+          if (f->memory < 1 || f->memory > 256) {
+            return ReportUsageError(
+                StrCat("--memory: the session count must be 1 to 256, got ", f->memory));
+          }
+          if (!f->sessions.empty() || !f->spec.empty() || f->verify_cost || !f->lora.empty() ||
+              !f->schema_text.empty() || !f->schema_file.empty() || !f->grammar_text.empty() ||
+              !f->grammar_file.empty() || !f->regex.empty()) {
+            return ReportUsageError(
+                "--memory does not combine with --sessions, --spec, --verify-cost, --lora or a "
+                "constraint");
+          }
+          if (f->n_prefix < 32 || f->n_prefix >= f->n_prompt) {
+            return ReportUsageError(
+                StrCat("--memory needs --prefix-tokens of 32 or more, less than --n-prompt (",
+                       f->n_prompt, "), got ", f->n_prefix));
+          }
+          if (f->models.size() != 1 || f->threads.find(',') != std::string::npos) {
+            return ReportUsageError("--memory measures one model (-m) at one thread count (-t)");
+          }
         }
         std::vector<int32_t> sessions;
         if (!f->sessions.empty()) {
@@ -223,6 +276,17 @@ Command AddBenchCommand(CLI::App& root) {
         config.progress = [progress](int64_t done, int64_t total, const std::string& step) {
           progress->Update(done, total, step);
         };
+        if (f->memory > 0) {
+          auto row = RunMemoryBench(config, f->memory, kv_budget, f->swap_dir);
+          progress->Finish();
+          if (!row.ok()) return ReportError(row.status());
+          if (f->json) {
+            std::printf("%s\n", MemoryBenchJson(*row).c_str());
+          } else {
+            std::printf("\n%s", MemoryBenchText(*row).c_str());
+          }
+          return row->completed == row->sessions ? 0 : 1;
+        }
         if (!sessions.empty()) {
           auto rows = RunSessionsBench(config, sessions);
           progress->Finish();

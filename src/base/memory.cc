@@ -1,9 +1,11 @@
 #include "base/memory.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 namespace pocket {
 
@@ -19,6 +21,19 @@ ProcessMemory ReadProcessMemory() {
   }
   std::fclose(f);
   return mem;
+}
+
+std::shared_ptr<uint8_t[]> AllocateOsPages(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  try {
+    return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p),
+                                      [bytes](uint8_t* q) { ::munmap(q, bytes); });
+  } catch (const std::bad_alloc&) {  // the reference count's block
+    ::munmap(p, bytes);
+    return nullptr;
+  }
 }
 
 bool ResetPeakRss() {

@@ -1,7 +1,9 @@
 // Process memory figures (for `pocket bench` and load reports).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace pocket {
 
@@ -18,6 +20,11 @@ bool ResetPeakRss();
 // Bytes mapped with huge pages (Linux smaps: AnonHugePages + FilePmdMapped + ShmemPmdMapped) in
 // the mappings that overlap [begin, end); 0 where the platform does not say.
 uint64_t HugePageMappedBytes(const void* begin, const void* end);
+// A large buffer straight from the OS (POSIX: an anonymous private mapping, zero-filled when first
+// touched), given back to it when the last reference goes, whatever the allocator's thresholds
+// (glibc keeps freed blocks of this size in its heap once its mmap threshold has grown, so the
+// resident set would not shrink when KV pages are freed). Null when the OS refuses.
+std::shared_ptr<uint8_t[]> AllocateOsPages(size_t bytes);
 // CPU time (user + system) used by the process so far, in seconds.
 double ProcessCpuSeconds();
 

@@ -638,7 +638,7 @@ StatusOr<DFlashState> DFlashState::Create(std::shared_ptr<const DFlashDrafter> d
   // The block's rows take the slots just past the context.
   POCKET_ASSIGN_OR_RETURN(KvCache kv, KvCache::Create(c, n_ctx + dc.block_size, kv_type));
   // The drafter writes its cache directly (not through Forward): every page up front.
-  POCKET_RETURN_IF_ERROR(kv.Reserve(kv.n_ctx()));
+  POCKET_RETURN_IF_ERROR(kv.Reserve(0, kv.n_ctx()));
   DFlashState st(std::move(drafter), std::move(kv));
   st.pool_ = pool;
   st.n_ctx_ = n_ctx;

@@ -608,9 +608,10 @@ void Outputs(Pass& p) {
 
 Status Forward(const Model& model, ForwardScratch& s, ThreadPool& pool, const ForwardBatch& b) {
   POCKET_RETURN_IF_ERROR(CheckBatch(model, s, b));
-  // The KV pages the rows write (a new one every 16 positions, reused pages first).
+  // The KV pages the rows write (a new one every 64 positions, reused pages first; a shared
+  // page the rows write into is copied first).
   for (const BatchSegment& seg : b.segments) {
-    POCKET_RETURN_IF_ERROR(seg.kv->Reserve(seg.kv_pos + seg.n_rows()));
+    POCKET_RETURN_IF_ERROR(seg.kv->Reserve(seg.kv_pos, seg.kv_pos + seg.n_rows()));
   }
   const ModelConfig& c = model.config();
   const int32_t n = static_cast<int32_t>(b.tokens.size());

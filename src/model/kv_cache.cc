@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "base/memory.h"
+
 namespace pocket {
 
 StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvType type) {
@@ -29,53 +31,89 @@ StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int32_t n_ctx, KvTy
   return kv;
 }
 
-Status KvCache::Reserve(int32_t end) {
+KvCache::Page KvCache::NewPage() const {
+  // From the OS, so that freeing pages shrinks the resident set (base/memory.h). A page's bytes are
+  // written before they are read (masked past the end), whatever they hold.
+  return AllocateOsPages(page_bytes_);
+}
+
+void KvCache::CountReserve(int32_t begin, int32_t end, size_t* missing, size_t* copies) const {
+  const size_t n =
+      std::min((static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions,
+               pages_.size());
+  const size_t first_written =
+      begin < end ? static_cast<size_t>(std::max(begin, 0)) / kKvPagePositions : n;
+  *missing = 0;
+  *copies = 0;
+  for (size_t b = 0; b < n; ++b) {
+    if (!pages_[b]) {
+      ++*missing;
+    } else if (b >= first_written && pages_[b].use_count() > 1) {
+      ++*copies;
+    }
+  }
+}
+
+Status KvCache::Reserve(int32_t begin, int32_t end) {
   if (end > n_ctx_) {
     return OutOfRangeError("positions up to ", end, " do not fit the context of ", n_ctx_);
   }
+  size_t missing = 0, copies = 0;
+  CountReserve(begin, end, &missing, &copies);
+  if (missing + copies == 0) return Status::Ok();
+  // Allocate what is needed first, so a failure leaves the pages in use as they were.
+  while (free_.size() < missing + copies) {
+    Page page = NewPage();
+    if (!page) {
+      return ResourceExhaustedError("cannot allocate a KV page of ", HumanBytes(page_bytes_), " (",
+                                    n_used_, " pages held, ", HumanBytes(bytes()),
+                                    ") for positions up to ", end);
+    }
+    free_.push_back(std::move(page));
+  }
   const size_t n =
       (static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions;
+  const size_t first_written =
+      begin < end ? static_cast<size_t>(std::max(begin, 0)) / kKvPagePositions : n;
   for (size_t b = 0; b < n; ++b) {
-    if (pages_[b]) continue;
-    if (free_.empty() && b + 1 < n) {
-      // Allocate what is missing first, so a failure leaves the cache as it was.
-      size_t missing = 0;
-      for (size_t k = b; k < n; ++k) missing += pages_[k] ? 0 : 1;
-      while (free_.size() < missing) {
-        std::unique_ptr<uint8_t[]> page(new (std::nothrow) uint8_t[page_bytes_]);
-        if (!page) {
-          return ResourceExhaustedError("cannot allocate a KV page of ", HumanBytes(page_bytes_),
-                                        " (", n_used_, " pages held, ", HumanBytes(bytes()),
-                                        ") for positions up to ", end);
-        }
-        free_.push_back(std::move(page));
-      }
-    }
-    if (!free_.empty()) {
-      pages_[b] = std::move(free_.back());
-      free_.pop_back();
+    const bool copy = pages_[b] && b >= first_written && pages_[b].use_count() > 1;
+    if (pages_[b] && !copy) continue;
+    Page page = std::move(free_.back());
+    free_.pop_back();
+    if (copy) {
+      // Copy on write: the shared page stays as it is for the caches that hold it.
+      std::memcpy(page.get(), pages_[b].get(), page_bytes_);
     } else {
-      // Not zero-filled: a page's bytes are written before they are read (masked past the end).
-      pages_[b].reset(new (std::nothrow) uint8_t[page_bytes_]);
-      if (!pages_[b]) {
-        return ResourceExhaustedError("cannot allocate a KV page of ", HumanBytes(page_bytes_),
-                                      " (", n_used_, " pages held, ", HumanBytes(bytes()),
-                                      ") for positions up to ", end);
-      }
+      ++n_used_;
     }
+    pages_[b] = std::move(page);
     table_[b] = pages_[b].get();
-    ++n_used_;
   }
   return Status::Ok();
 }
 
-size_t KvCache::ReserveBytes(int32_t end) const {
-  const size_t n =
-      std::min((static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions,
-               pages_.size());
-  size_t missing = 0;
-  for (size_t b = 0; b < n; ++b) missing += pages_[b] ? 0 : 1;
-  return (missing - std::min(missing, free_.size())) * page_bytes_;
+size_t KvCache::ReserveBytes(int32_t begin, int32_t end) const {
+  size_t missing = 0, copies = 0;
+  CountReserve(begin, end, &missing, &copies);
+  return (missing + copies - std::min(missing + copies, free_.size())) * page_bytes_;
+}
+
+size_t KvCache::private_bytes() const {
+  size_t n = free_.size();
+  for (const Page& p : pages_) n += p && p.use_count() == 1 ? 1 : 0;
+  return n * page_bytes_;
+}
+
+void KvCache::SharedPages(std::vector<std::pair<const uint8_t*, size_t>>& out) const {
+  for (const Page& p : pages_) {
+    if (p && p.use_count() > 1) out.emplace_back(p.get(), page_bytes_);
+  }
+}
+
+void KvCache::Pages(std::vector<std::pair<const uint8_t*, size_t>>& out) const {
+  for (const Page& p : pages_) {
+    if (p) out.emplace_back(p.get(), page_bytes_);
+  }
 }
 
 void KvCache::Shrink(int32_t end) {
@@ -83,7 +121,11 @@ void KvCache::Shrink(int32_t end) {
       (static_cast<size_t>(std::max(end, 0)) + kKvPagePositions - 1) / kKvPagePositions;
   for (size_t b = keep; b < pages_.size(); ++b) {
     if (!pages_[b]) continue;
-    free_.push_back(std::move(pages_[b]));
+    if (pages_[b].use_count() == 1) {
+      free_.push_back(std::move(pages_[b]));
+    } else {
+      pages_[b].reset();  // shared: another cache's, never reused for writing here
+    }
     table_[b] = nullptr;
     --n_used_;
   }
@@ -125,7 +167,8 @@ KvCache KvCache::Clone() const {
   kv.table_.assign(pages_.size(), nullptr);
   for (size_t b = 0; b < pages_.size(); ++b) {
     if (!pages_[b]) continue;
-    kv.pages_[b].reset(new uint8_t[page_bytes_]);
+    kv.pages_[b] = AllocateOsPages(page_bytes_);
+    if (!kv.pages_[b]) throw std::bad_alloc();  // as the copy of a vector would
     std::memcpy(kv.pages_[b].get(), pages_[b].get(), page_bytes_);
     kv.table_[b] = kv.pages_[b].get();
     ++kv.n_used_;
@@ -133,7 +176,7 @@ KvCache KvCache::Clone() const {
   return kv;
 }
 
-Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blocks) {
+Status KvCache::CheckSameShape(const KvCache& from, int32_t first, int32_t n_blocks) const {
   if (from.type_ != type_ || from.n_layers_ != n_layers_ || from.n_kv_heads_ != n_kv_heads_ ||
       from.head_dim_ != head_dim_) {
     return InvalidArgumentError("KV caches of different shapes or types");
@@ -143,14 +186,44 @@ Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blo
     return OutOfRangeError("KV blocks ", first, " to ", first + n_blocks - 1,
                            " do not fit caches of ", from.n_ctx_, " and ", n_ctx_, " positions");
   }
-  const int32_t end =
-      std::min((first + n_blocks) * static_cast<int32_t>(kKvBlockPositions), n_ctx_);
   for (int32_t b = first; b < first + n_blocks; ++b) {
     if (from.table_[static_cast<size_t>(b / kKvPageBlocks)] == nullptr) {
       return FailedPreconditionError("KV block ", b, " of the source is not held");
     }
   }
-  POCKET_RETURN_IF_ERROR(Reserve(end));
+  return Status::Ok();
+}
+
+Status KvCache::ShareBlocksFrom(const KvCache& from, int32_t first, int32_t n_blocks) {
+  POCKET_RETURN_IF_ERROR(CheckSameShape(from, first, n_blocks));
+  const int32_t stop = first + n_blocks;
+  int32_t b = first;
+  while (b < stop) {
+    const int32_t page_first = b / kKvPageBlocks * kKvPageBlocks;
+    const int32_t page_stop = page_first + kKvPageBlocks;
+    if (b == page_first && page_stop <= stop) {
+      // A whole page: mapped (the one held here, if any, is dropped).
+      const size_t p = static_cast<size_t>(b / kKvPageBlocks);
+      if (pages_[p] != from.pages_[p]) {
+        if (!pages_[p]) ++n_used_;
+        pages_[p] = from.pages_[p];
+        table_[p] = pages_[p].get();
+      }
+      b = page_stop;
+    } else {
+      const int32_t e = std::min(stop, page_stop);
+      POCKET_RETURN_IF_ERROR(CopyBlocksFrom(from, b, e - b));
+      b = e;
+    }
+  }
+  return Status::Ok();
+}
+
+Status KvCache::CopyBlocksFrom(const KvCache& from, int32_t first, int32_t n_blocks) {
+  POCKET_RETURN_IF_ERROR(CheckSameShape(from, first, n_blocks));
+  const int32_t end =
+      std::min((first + n_blocks) * static_cast<int32_t>(kKvBlockPositions), n_ctx_);
+  POCKET_RETURN_IF_ERROR(Reserve(first * static_cast<int32_t>(kKvBlockPositions), end));
   for (int32_t layer = 0; layer < n_layers_; ++layer) {
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const KvHeadView src = from.head(layer, g), dst = head(layer, g);

@@ -248,4 +248,39 @@ std::string SessionsBenchJson(const SessionsBenchRow& r);
 std::string SessionsMarkdownHeader();
 std::string SessionsMarkdownRow(const SessionsBenchRow& r);
 
+// `pocket bench --memory N`: N sessions on one engine, each a prompt of n_prompt tokens whose first
+// n_prefix are the same (stored once in the prefix cache first) and n_gen generated tokens, under
+// an optional KV budget. Reports the KV bytes the sessions held (a shared page once) against the
+// bytes of the distinct positions, the swaps, and the process's peak RSS (run it in a fresh
+// process to compare with file + budget).
+struct MemoryBenchRow {
+  std::string model;
+  int32_t threads = 0;
+  int32_t sessions = 0;
+  int32_t n_prompt = 0;
+  int32_t n_gen = 0;
+  int32_t n_prefix = 0;
+  std::string kv_type;
+  uint64_t kv_budget_bytes = 0;  // 0: none
+  uint64_t page_bytes = 0;       // one KV page (kKvPagePositions positions)
+  // Bytes of the distinct positions: the prefix once, each session's own prompt and output.
+  uint64_t kv_bytes_tokens = 0;
+  // The most KV bytes the engine held after a step (pages shared by sessions counted once).
+  uint64_t kv_bytes_peak = 0;
+  // (kv_bytes_peak - kv_bytes_tokens) / sessions, without a budget: the rounding to pages.
+  double kv_overhead_bytes_per_session = 0;
+  uint64_t prefix_cache_bytes = 0;  // the cached prefix's entry
+  int64_t swaps_out = 0;
+  int64_t swaps_in = 0;
+  int32_t completed = 0;     // sessions that generated all n_gen tokens
+  uint64_t tokens_hash = 0;  // FNV-1a of every session's tokens, in order (compare two runs)
+  uint64_t file_bytes = 0;
+  uint64_t peak_rss_bytes = 0;
+  double seconds = 0;
+};
+StatusOr<MemoryBenchRow> RunMemoryBench(const BenchConfig& config, int32_t sessions,
+                                        uint64_t kv_budget_bytes, const std::string& swap_dir);
+std::string MemoryBenchJson(const MemoryBenchRow& r);
+std::string MemoryBenchText(const MemoryBenchRow& r);
+
 }  // namespace pocket

@@ -259,7 +259,10 @@ StatusOr<int32_t> Engine::Step() {
       Finish(*r, true);
       continue;
     }
-    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()) + 1)) continue;
+    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()),
+                  static_cast<int32_t>(s.history_.size()) + 1)) {
+      continue;
+    }
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size()) + 1,
                      static_cast<int32_t>(s.history_.size())};
@@ -279,7 +282,10 @@ StatusOr<int32_t> Engine::Step() {
     }
     const size_t n = std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
     if (tokens_.size() + n > static_cast<size_t>(max_rows)) continue;  // next step
-    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size() + n))) continue;
+    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()),
+                  static_cast<int32_t>(s.history_.size() + n))) {
+      continue;
+    }
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size() + n),
                      static_cast<int32_t>(s.history_.size())};
@@ -335,9 +341,7 @@ StatusOr<int32_t> Engine::Step() {
       }
     }
   }
-  if (options_.kv_budget_bytes > 0) {
-    stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
-  }
+  stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
   for (auto& r : requests_) {
     if (r->phase == Request::Phase::kReady && !r->swapped) Advance(*r);
   }
@@ -345,16 +349,37 @@ StatusOr<int32_t> Engine::Step() {
 }
 
 size_t Engine::ResidentBytes() const {
+  // The pages of the sessions in memory and of their prefix caches' entries; a page shared by
+  // several (a cached prefix) counts once.
   size_t bytes = 0;
-  for (const auto& r : requests_) bytes += r->swapped ? 0 : r->session->kv_.bytes();
+  shared_pages_.clear();
+  const PrefixCache* counted = nullptr;  // the usual case: one cache for all sessions
+  for (const auto& r : requests_) {
+    const PrefixCache* cache = r->session->prefix_cache_.get();
+    if (cache != nullptr && cache != counted) {
+      bool seen = false;
+      for (const auto& q : requests_) {
+        if (q.get() == r.get()) break;
+        seen = seen || q->session->prefix_cache_.get() == cache;
+      }
+      if (!seen) cache->Pages(shared_pages_);
+      counted = cache;
+    }
+    if (r->swapped) continue;
+    bytes += r->session->kv_.private_bytes();
+    r->session->kv_.SharedPages(shared_pages_);
+  }
+  std::sort(shared_pages_.begin(), shared_pages_.end());
+  const auto last = std::unique(shared_pages_.begin(), shared_pages_.end());
+  for (auto it = shared_pages_.begin(); it != last; ++it) bytes += it->second;
   return bytes;
 }
 
-bool Engine::MakeRoom(Request& r, int32_t end) {
+bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
   const size_t budget = options_.kv_budget_bytes;
   if (budget == 0) return true;
   // (A zero need still evicts while over the budget: pages a prefix restore copied in.)
-  const size_t need = r.session->kv_.ReserveBytes(end);
+  const size_t need = r.session->kv_.ReserveBytes(begin, end);
   auto in_batch = [this](const Request* q) {
     return std::find(in_batch_.begin(), in_batch_.end(), q) != in_batch_.end();
   };
@@ -498,7 +523,15 @@ StatusOr<GenerateResult> Engine::Take(int64_t id) {
     }
     std::unique_ptr<Request> r = std::move(*it);
     requests_.erase(it);
-    if (r->swapped) {  // handed back in memory, whatever the budget
+    if (r->swapped) {
+      // Handed back in memory, whatever the budget; idle sessions (finished, not taken) go to
+      // disk first to make room for it.
+      const size_t need = PagesBytes(r->session->kv_, r->swap_tokens);
+      for (auto q = requests_.rbegin(); q != requests_.rend(); ++q) {
+        if (ResidentBytes() + need <= options_.kv_budget_bytes) break;
+        if ((*q)->swapped || (*q)->phase != Request::Phase::kDone) continue;
+        static_cast<void>(SwapOut(**q));  // a session that cannot be saved stays in memory
+      }
       const Status restored = SwapIn(*r);
       if (!restored.ok() && r->status.ok()) r->status = restored;
     }

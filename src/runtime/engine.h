@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -37,8 +38,9 @@ struct EngineOptions {
   // A step's batch holds up to max_chunk + max_requests rows, so a whole chunk always fits next
   // to every decode row.
   int32_t max_chunk = 512;
-  // A cap on the KV memory of the sessions in the engine's requests (0: none), in bytes of pages
-  // held (KvCache::bytes). When a step needs pages beyond it, sessions are saved to `swap_dir`
+  // A cap on the KV memory of the sessions in the engine's requests and of their prefix caches'
+  // entries (0: none), in bytes of pages held, a page shared by several (a cached prefix) once.
+  // When a step needs pages beyond it, sessions are saved to `swap_dir`
   // (Session::Save) and their pages freed: those of finished requests not yet taken first, then
   // the newest active requests; a swapped request waits and is restored (oldest first) when it
   // fits again, or at Take. The oldest active request can always evict the others, so every
@@ -52,8 +54,8 @@ struct EngineOptions {
 struct EngineStats {
   int64_t swaps_out = 0;     // sessions saved to disk and their pages freed
   int64_t swaps_in = 0;      // sessions restored
-  size_t kv_bytes = 0;       // KV pages held by the sessions in memory now
-  size_t peak_kv_bytes = 0;  // the most held after a step's pass
+  size_t kv_bytes = 0;       // KV pages held by the sessions in memory and their prefix caches
+  size_t peak_kv_bytes = 0;  // the most held after a step's pass (shared pages once)
   int32_t n_swapped = 0;     // requests whose sessions are on disk now
 };
 
@@ -115,7 +117,7 @@ class Engine {
   // positions this step (evicting others when needed; it fails `r` when it cannot fit alone);
   // saving a session to disk and back; restoring the waiting ones that fit.
   size_t ResidentBytes() const;
-  bool MakeRoom(Request& r, int32_t end);
+  bool MakeRoom(Request& r, int32_t begin, int32_t end);
   Status SwapOut(Request& r);
   Status SwapIn(Request& r);
   void RestoreWaiting();
@@ -136,6 +138,8 @@ class Engine {
   int32_t last_decode_rows_ = 0;
   bool stepping_ = false;     // inside Step (stream callbacks run there)
   size_t planned_bytes_ = 0;  // pages the step's batch will allocate (budget bookkeeping)
+  // ResidentBytes' scratch: the shared pages of the sessions in memory, and their sizes.
+  mutable std::vector<std::pair<const uint8_t*, size_t>> shared_pages_;
   EngineStats stats_;
   uint64_t swap_tag_ = 0;  // a random tag in this engine's swap file names
 };

@@ -37,7 +37,7 @@ StatusOr<int32_t> PrefixCache::Restore(const Model& model, const AdapterSet& ada
   if (e == nullptr || n == 0 || n <= min_len) return 0;
   const int32_t first = static_cast<int32_t>(min_len / kKvBlockPositions);
   POCKET_RETURN_IF_ERROR(
-      kv.CopyBlocksFrom(e->kv, first, static_cast<int32_t>(n / kKvBlockPositions) - first));
+      kv.ShareBlocksFrom(e->kv, first, static_cast<int32_t>(n / kKvBlockPositions) - first));
   e->last_used = ++clock_;
   ++stats_.hits;
   stats_.hit_tokens += static_cast<int64_t>(n - min_len);
@@ -75,7 +75,7 @@ Status PrefixCache::StoreLocked(const std::shared_ptr<const Model>& model,
   POCKET_ASSIGN_OR_RETURN(KvCache copy,
                           KvCache::Create(model->config(), static_cast<int32_t>(n), kv.type()));
   if (copy.context_bytes() > options_.max_bytes) return Status::Ok();
-  POCKET_RETURN_IF_ERROR(copy.CopyBlocksFrom(kv, 0, static_cast<int32_t>(n / kKvBlockPositions)));
+  POCKET_RETURN_IF_ERROR(copy.ShareBlocksFrom(kv, 0, static_cast<int32_t>(n / kKvBlockPositions)));
   auto entry = std::make_unique<Entry>(Entry{model, adapters, kv.type(),
                                              std::vector<int32_t>(tokens.begin(), tokens.end()),
                                              std::move(copy), 0, 0});
@@ -115,6 +115,11 @@ PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats s = stats_;
   s.entries = static_cast<int32_t>(entries_.size());
   return s;
+}
+
+void PrefixCache::Pages(std::vector<std::pair<const uint8_t*, size_t>>& out) const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : entries_) e->kv.Pages(out);
 }
 
 void PrefixCache::Clear() {

@@ -6,8 +6,10 @@
 // itself), evicted least recently used beyond a byte budget. Shared by the sessions of a model
 // (SessionOptions::prefix_cache; the engine's sessions use theirs); thread-safe.
 //
-// The entries are copies (one per cached prefix, not per session): sharing the blocks themselves
-// between sessions needs the paged KV cache (docs/architecture.md).
+// An entry holds the KV pages it fills whole by reference (KvCache::ShareBlocksFrom), not a copy:
+// the session that stored it, the entry and every session that restores it hold the same pages,
+// and a session copies a page only when it writes into it (after rewinding into its prefix). Only
+// the blocks of a partly filled last page are copied.
 #pragma once
 
 #include <cstddef>
@@ -46,20 +48,25 @@ class PrefixCache {
 
   // Finds the longest cached prefix of tokens[0, max_len) computed on `model` with `adapters` (and
   // kv's type), n positions (a multiple of 16); when n > min_len (the positions the caller holds
-  // already: their blocks, but for the one min_len is in, are not copied again), copies the rest
-  // into kv and returns n; else 0. The copy runs under the cache's lock.
+  // already: their blocks, but for the one min_len is in, are not copied again), maps the rest
+  // into kv (whole pages shared, the blocks of a partial page copied) and returns n; else 0.
+  // Runs under the cache's lock.
   StatusOr<int32_t> Restore(const Model& model, const AdapterSet& adapters,
                             std::span<const int32_t> tokens, size_t max_len, size_t min_len,
                             KvCache& kv);
   // Stores positions [0, n) of kv for tokens[0, n), n = tokens.size() rounded down to a multiple
   // of 16, unless an entry already holds that prefix (then it is only marked used). Prefixes
-  // shorter than min_tokens, or larger than the budget, are not stored. The copy is allocated
-  // here, once per stored prompt (Generate and the engine store after a request's output).
+  // shorter than min_tokens, or larger than the budget, are not stored. The entry shares kv's
+  // whole pages (a partial last page is copied, allocated here); Generate and the engine store
+  // after a request's output.
   // A store that fails (memory) is counted in stats().store_failures and returned.
   Status Store(const std::shared_ptr<const Model>& model, const AdapterSet& adapters,
                std::span<const int32_t> tokens, const KvCache& kv);
 
   PrefixCacheStats stats() const;
+  // Appends the KV pages of every entry, with their sizes (the engine counts them, once, in its
+  // KV budget: a page an entry shares with sessions is one page of memory).
+  void Pages(std::vector<std::pair<const uint8_t*, size_t>>& out) const;
   void Clear();
 
  private:

@@ -83,6 +83,9 @@ class Session {
   // Bytes of the KV pages the session holds (its positions in whole pages, and pages kept for
   // reuse).
   size_t kv_bytes() const { return kv_.bytes(); }
+  // Of those, the bytes of pages shared with other caches (a restored or stored prefix), held once
+  // for all of them.
+  size_t kv_shared_bytes() const { return kv_.bytes() - kv_.private_bytes(); }
   // Bytes of one KV page (KvCache: the cache grows and shrinks by pages).
   size_t kv_page_bytes() const { return kv_.page_bytes(); }
   // Tokens whose keys and values are in the cache, in order.

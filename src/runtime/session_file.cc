@@ -2,6 +2,7 @@
 // files"). The keys and values are written through the KV cache's accessors (KvHeadView), so the
 // file's layout does not depend on how the cache places its blocks.
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -281,7 +282,16 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
   }
   uint32_t crc;
   std::memcpy(&crc, data + size - 4, 4);
-  if (Crc32c(data, size - 4) != crc) {
+  // In chunks, each let go once checked: a session of many pages costs no more than a chunk of
+  // resident memory for its mapping (the engine restores sessions within a KV budget).
+  constexpr size_t kChunk = size_t{4} << 20;
+  uint32_t sum = 0;
+  for (size_t off = 0; off < size - 4; off += kChunk) {
+    const size_t len = std::min(kChunk, size - 4 - off);
+    sum = Crc32c(data + off, len, sum);
+    ReleaseMappedPages(data + off, len);
+  }
+  if (sum != crc) {
     return DataLossError(path, ": corrupt: the checksum of its ", size - 4,
                          " bytes does not match");
   }
@@ -303,11 +313,11 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
                            (has_logits ? static_cast<int64_t>(c.vocab_size * sizeof(float)) : 0);
   std::string user_data(reinterpret_cast<const char*>(user_at), static_cast<size_t>(user_bytes));
   // The KV pages (allocated while the session is as it was; Truncate keeps them for reuse).
-  POCKET_RETURN_IF_ERROR(kv_.Reserve(static_cast<int32_t>(n)));
+  POCKET_RETURN_IF_ERROR(kv_.Reserve(0, static_cast<int32_t>(n)));
   // Everything checked (and allocated): the session changes from here on.
   Truncate(0);
   logits_at_ = 0;
-  POCKET_RETURN_IF_ERROR(kv_.Reserve(static_cast<int32_t>(n)));  // the kept pages: cannot fail
+  POCKET_RETURN_IF_ERROR(kv_.Reserve(0, static_cast<int32_t>(n)));  // the kept pages: cannot fail
   history_.resize(static_cast<size_t>(n));
   if (n > 0) std::memcpy(history_.data(), at, static_cast<size_t>(n) * sizeof(int32_t));
   at += n * static_cast<int64_t>(sizeof(int32_t));
@@ -317,8 +327,13 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
     logits_at_ = history_.size();
   }
   at += user_bytes;
+  const uint8_t* released = data;
   for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     for (int32_t g = 0; g < c.n_kv_heads; ++g) {
+      if (at - released >= static_cast<std::ptrdiff_t>(kChunk)) {  // copied: let go
+        ReleaseMappedPages(released, static_cast<size_t>(at - released));
+        released = at;
+      }
       const KvHeadView h = kv_.head(layer, g);
       const int64_t eb = h.ElementBytes(), blocks = (n + kKvBlockPositions - 1) / kKvBlockPositions;
       for (int64_t b = 0; b < blocks; ++b) {

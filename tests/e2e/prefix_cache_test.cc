@@ -250,5 +250,108 @@ TEST(PrefixCacheTest, EngineRequestsUseTheCache) {
   EXPECT_EQ(rb->tokens, expected->tokens);
 }
 
+// Whole pages of a prefix are shared, not copied: the session that stored it, the entry and the
+// sessions that restore it hold the same pages (the engine counts them once), and a session that
+// rewinds into its prefix copies the page it writes, leaving the entry's as they were.
+TEST(PrefixCacheTest, WholePagesAreSharedAndCopiedOnlyWhenWritten) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  auto session = [&](std::shared_ptr<PrefixCache> c) -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 512;
+    so.n_batch = 32;
+    so.pool = *pool;
+    so.prefix_cache = std::move(c);
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += std::string(kStory) + ". ";
+  const std::vector<int32_t> prompt = Encode(*model, text);
+  ASSERT_GE(prompt.size(), 300u);
+  ASSERT_LE(prompt.size(), 400u);
+  const size_t whole_pages = prompt.size() / 16 * 16 / kKvPagePositions;
+  ASSERT_GE(whole_pages, 4u);
+
+  auto alone = session(nullptr);
+  auto expected = alone->Generate(std::span<const int32_t>(prompt), Greedy(24));
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(alone->kv_shared_bytes(), 0u);
+
+  auto a = session(cache);
+  auto ra = a->Generate(std::span<const int32_t>(prompt), Greedy(24));
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->tokens, expected->tokens);
+  const size_t page = a->kv_page_bytes();
+  // The entry holds a's whole pages of the prompt.
+  EXPECT_EQ(a->kv_shared_bytes(), whole_pages * page);
+
+  auto b = session(cache);
+  auto rb = b->Generate(std::span<const int32_t>(prompt), Greedy(24));
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(prompt.size() / 16 * 16));
+  EXPECT_EQ(rb->tokens, expected->tokens);
+  EXPECT_EQ(b->kv_shared_bytes(), whole_pages * page);
+
+  // The engine counts a page held by several sessions (and the cache's entries) once.
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  auto c = session(cache);
+  auto d = session(cache);
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), ra->tokens.begin(), ra->tokens.begin() + 8);
+  auto ic = (*engine)->Submit(c.get(), longer, Greedy(16));
+  auto id = (*engine)->Submit(d.get(), longer, Greedy(16));
+  ASSERT_TRUE(ic.ok() && id.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  const size_t held = (*engine)->stats().kv_bytes;
+  EXPECT_GE(held, c->kv_bytes() + d->kv_bytes() - c->kv_shared_bytes());
+  EXPECT_LT(held, c->kv_bytes() + d->kv_bytes() + cache->stats().bytes - c->kv_shared_bytes());
+  auto rc = (*engine)->Take(*ic);
+  auto rd = (*engine)->Take(*id);
+  ASSERT_TRUE(rc.ok() && rd.ok());
+  EXPECT_EQ(rc->tokens, rd->tokens);
+
+  // b rewinds into the prefix (a prompt that differs from position 70 to 199): it copies the
+  // pages it writes; the entry is unchanged, so a new session restoring the prompt still computes
+  // what it does alone, bit for bit (f32 model), and so does a, whose pages are the entry's.
+  std::vector<int32_t> changed = prompt;
+  for (size_t i = 70; i < 200; ++i) {
+    changed[i] = (changed[i] + 7) % model->config().vocab_size;
+  }
+  auto rb2 = b->Generate(std::span<const int32_t>(changed), Greedy(24));
+  ASSERT_TRUE(rb2.ok());
+  auto alone2 = session(nullptr);
+  auto expected2 = alone2->Generate(std::span<const int32_t>(changed), Greedy(24));
+  ASSERT_TRUE(expected2.ok());
+  EXPECT_EQ(rb2->tokens, expected2->tokens);
+  // Its pages now: page 0 still the first entry's, the copies it wrote shared with the entry
+  // that stored `changed`.
+  EXPECT_EQ(b->kv_shared_bytes(), whole_pages * page);
+  EXPECT_EQ(cache->stats().entries, 2);
+  auto e = session(cache);
+  auto re = e->Generate(std::span<const int32_t>(prompt), Greedy(24));
+  ASSERT_TRUE(re.ok());
+  EXPECT_EQ(re->n_cached_tokens, static_cast<int32_t>(prompt.size() / 16 * 16));
+  EXPECT_EQ(re->tokens, expected->tokens);
+  EXPECT_TRUE(
+      std::equal(e->last_logits().begin(), e->last_logits().end(), alone->last_logits().begin()));
+  std::vector<int32_t> cont = prompt;
+  cont.insert(cont.end(), ra->tokens.begin(), ra->tokens.end());
+  auto ra2 = a->Generate(std::span<const int32_t>(cont), Greedy(8));
+  auto alone3 = session(nullptr);
+  auto expected3 = alone3->Generate(std::span<const int32_t>(cont), Greedy(8));
+  ASSERT_TRUE(ra2.ok() && expected3.ok());
+  EXPECT_EQ(ra2->tokens, expected3->tokens);
+  EXPECT_TRUE(
+      std::equal(a->last_logits().begin(), a->last_logits().end(), alone3->last_logits().begin()));
+}
+
 }  // namespace
 }  // namespace pocket
