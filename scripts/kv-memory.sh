@@ -21,7 +21,10 @@ shift || true
 [[ -x "$pocket" ]] || { echo "kv-memory: $pocket is missing (build first)" >&2; exit 2; }
 [[ -f "$model" ]] || { echo "kv-memory: $model is missing (scripts/main.sh makes it)" >&2; exit 2; }
 args=(-t 2 -p 1536 -n 512 -b 128 --prefix-tokens 1000 --memory 8 "$@")
-tmp="$(mktemp -d)"
+# The sessions are saved under build/ (a disk), not /tmp: on a tmpfs /tmp the saved sessions would
+# stay in memory, uncounted by the process's RSS.
+mkdir -p "$root/build"
+tmp="$(mktemp -d "${KV_MEMORY_SWAP_DIR:-$root/build}/kv-memory.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 echo "kv-memory: without a budget" >&2
 "$pocket" bench -m "$model" "${args[@]}" --json > "$tmp/free.json"

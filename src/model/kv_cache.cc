@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -60,6 +61,9 @@ Status KvCache::Reserve(int32_t begin, int32_t end) {
   }
   size_t missing = 0, copies = 0;
   CountReserve(begin, end, &missing, &copies);
+  // The pages to be written in place were seen with one reference: this pairs with the release
+  // of the references other threads dropped, so their reads of a page happen before our writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
   if (missing + copies == 0) return Status::Ok();
   // Allocate what is needed first, so a failure leaves the pages in use as they were.
   while (free_.size() < missing + copies) {

@@ -341,9 +341,22 @@ StatusOr<int32_t> Engine::Step() {
       }
     }
   }
-  stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
   for (auto& r : requests_) {
     if (r->phase == Request::Phase::kReady && !r->swapped) Advance(*r);
+  }
+  // After Advance: a finished request stored its prompt in the prefix cache (a partial page
+  // copied, outside the step's plan): back within the budget by saving finished sessions, then
+  // dropping the caches' least recently used entries.
+  if (options_.kv_budget_bytes > 0) {
+    while (ResidentBytes() > options_.kv_budget_bytes) {
+      Request* idle = nullptr;
+      for (auto it = requests_.rbegin(); it != requests_.rend() && idle == nullptr; ++it) {
+        if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) idle = it->get();
+      }
+      if (idle != nullptr && SwapOut(*idle).ok()) continue;
+      if (!EvictPrefixEntry()) break;
+    }
+    stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
   }
   return n_active();
 }
@@ -385,12 +398,17 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
   };
   size_t resident = ResidentBytes();
   while (resident + planned_bytes_ + need > budget) {
-    // A victim: a finished request's session (idle) first, else the newest active request
-    // submitted after r that is not in this step's batch.
+    // A victim: a finished request's session (idle) first, else the least recently used entry of
+    // a prefix cache, else the newest active request submitted after r that is not in this
+    // step's batch.
     Request* victim = nullptr;
     for (auto it = requests_.rbegin(); it != requests_.rend() && victim == nullptr; ++it) {
       Request* q = it->get();
       if (q != &r && !q->swapped && q->phase == Request::Phase::kDone) victim = q;
+    }
+    if (victim == nullptr && EvictPrefixEntry()) {  // then the prefix caches' entries
+      resident = ResidentBytes();
+      continue;
     }
     if (victim == nullptr) {
       for (auto it = requests_.rbegin(); it != requests_.rend() && it->get() != &r; ++it) {
@@ -423,6 +441,14 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
                                    " positions, more than the KV budget of ", HumanBytes(budget)));
   }
   return false;  // it waits for a later step
+}
+
+bool Engine::EvictPrefixEntry() {
+  for (const auto& r : requests_) {
+    PrefixCache* cache = r->session->prefix_cache_.get();
+    if (cache != nullptr && cache->EvictLeastRecentlyUsed()) return true;
+  }
+  return false;
 }
 
 Status Engine::SwapOut(Request& r) {
@@ -533,6 +559,8 @@ StatusOr<GenerateResult> Engine::Take(int64_t id) {
         static_cast<void>(SwapOut(**q));  // a session that cannot be saved stays in memory
       }
       const Status restored = SwapIn(*r);
+      stats_.peak_kv_bytes =
+          std::max(stats_.peak_kv_bytes, ResidentBytes() + r->session->kv_.bytes());
       if (!restored.ok() && r->status.ok()) r->status = restored;
     }
     if (!r->status.ok()) return r->status;

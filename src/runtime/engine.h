@@ -55,7 +55,7 @@ struct EngineStats {
   int64_t swaps_out = 0;     // sessions saved to disk and their pages freed
   int64_t swaps_in = 0;      // sessions restored
   size_t kv_bytes = 0;       // KV pages held by the sessions in memory and their prefix caches
-  size_t peak_kv_bytes = 0;  // the most held after a step's pass (shared pages once)
+  size_t peak_kv_bytes = 0;  // with a budget: the most held after a step, or a Take's restore
   int32_t n_swapped = 0;     // requests whose sessions are on disk now
 };
 
@@ -118,6 +118,8 @@ class Engine {
   // saving a session to disk and back; restoring the waiting ones that fit.
   size_t ResidentBytes() const;
   bool MakeRoom(Request& r, int32_t begin, int32_t end);
+  // Evicts the least recently used entry of a prefix cache of the requests' sessions (false: none).
+  bool EvictPrefixEntry();
   Status SwapOut(Request& r);
   Status SwapIn(Request& r);
   void RestoreWaiting();

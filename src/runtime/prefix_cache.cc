@@ -117,6 +117,18 @@ PrefixCacheStats PrefixCache::stats() const {
   return s;
 }
 
+bool PrefixCache::EvictLeastRecentlyUsed() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.empty()) return false;
+  auto lru = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
+    return a->last_used < b->last_used;
+  });
+  stats_.bytes -= (*lru)->bytes;
+  entries_.erase(lru);
+  ++stats_.evictions;
+  return true;
+}
+
 void PrefixCache::Pages(std::vector<std::pair<const uint8_t*, size_t>>& out) const {
   const std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : entries_) e->kv.Pages(out);

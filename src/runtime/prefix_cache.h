@@ -64,6 +64,9 @@ class PrefixCache {
                std::span<const int32_t> tokens, const KvCache& kv);
 
   PrefixCacheStats stats() const;
+  // Drops the least recently used entry (counted in stats().evictions); false when there is none.
+  // The engine does so before saving active sessions when its KV budget is full.
+  bool EvictLeastRecentlyUsed();
   // Appends the KV pages of every entry, with their sizes (the engine counts them, once, in its
   // KV budget: a page an entry shares with sessions is one page of memory).
   void Pages(std::vector<std::pair<const uint8_t*, size_t>>& out) const;

@@ -353,5 +353,49 @@ TEST(PrefixCacheTest, WholePagesAreSharedAndCopiedOnlyWhenWritten) {
       std::equal(a->last_logits().begin(), a->last_logits().end(), alone3->last_logits().begin()));
 }
 
+// Under a KV budget the engine counts the cache's entries too, and evicts them (least recently
+// used) before it would fail a request: entries piling up from finished requests never starve
+// the next one.
+TEST(PrefixCacheTest, EngineBudgetEvictsCacheEntriesBeforeFailing) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  auto session = [&]() -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_batch = 32;
+    so.pool = *pool;
+    so.prefix_cache = cache;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  const size_t page = session()->kv_page_bytes();
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  eo.kv_budget_bytes = 4 * page;
+  eo.swap_dir = std::string(POCKET_BINARY_DIR);
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  const char* names[] = {"Anna", "Ben", "Carl", "Dora", "Emma", "Fred"};
+  std::vector<std::unique_ptr<Session>> kept;  // alive: their pages are no longer the engine's
+  for (const char* name : names) {
+    const std::vector<int32_t> prompt =
+        Encode(*model, std::string(name) + " said: " + std::string(kStory));
+    ASSERT_LE(prompt.size() + 20, 128u);  // two pages at most
+    kept.push_back(session());
+    auto id = (*engine)->Submit(kept.back().get(), prompt, Greedy(20));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE((*engine)->Run().ok());
+    auto r = (*engine)->Take(*id);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    EXPECT_FALSE(r->tokens.empty());
+  }
+  EXPECT_GT(cache->stats().evictions, 0);
+  EXPECT_LE((*engine)->stats().peak_kv_bytes, eo.kv_budget_bytes);
+}
+
 }  // namespace
 }  // namespace pocket
