@@ -135,7 +135,7 @@ POCKET_API int32_t pocket_session_n_threads(const pocket_session* session);
  * which then returns at once. A request is never lost to a race with the call's start, and it is
  * used up by the call it stops: the call after that runs normally. */
 POCKET_API void pocket_session_cancel(pocket_session* session);
-/* Forgets the conversation (the next prompt is evaluated from scratch). */
+/* Forgets the conversation and frees its KV memory (the next prompt is evaluated from scratch). */
 POCKET_API void pocket_session_reset(pocket_session* session);
 /* Saved sessions: the conversation's context (its tokens, their keys and values in the cache's
  * type, the last logits) and `user_data` (n_user_data bytes of the app's own state, may be NULL

@@ -587,7 +587,7 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
       std::vector<uint64_t> mask;
       // One prefill of the prompt and n_gen greedy decode steps: seconds of each.
       auto prefill_and_decode = [&](double* pp_s, double* tg_s) -> Status {
-        session->Reset();
+        session->ResetKeepingPages();
         Stopwatch w;
         if (prefill) POCKET_RETURN_IF_ERROR(session->Append(prompt));
         *pp_s = w.elapsed_s();

@@ -122,8 +122,8 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
                      ": time to first token after a ", n_prefix,
                      "-token prefix, without and with the prefix cache"));
           cache->Clear();
-          cold->Reset();
-          warm->Reset();
+          cold->ResetKeepingPages();
+          warm->ResetKeepingPages();
           GenerateOptions one = g;
           one.max_tokens = 1;
           POCKET_ASSIGN_OR_RETURN(GenerateResult a,
@@ -147,7 +147,7 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
           ids.clear();
           for (int32_t i = 0; i < n; ++i) {
             Session& s = *pool_sessions[static_cast<size_t>(i)];
-            s.Reset();
+            s.ResetKeepingPages();
             POCKET_ASSIGN_OR_RETURN(const int64_t id,
                                     engine->Submit(&s, prompts[static_cast<size_t>(i)], g));
             ids.push_back(id);

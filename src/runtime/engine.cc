@@ -50,10 +50,11 @@ size_t PagesBytes(const KvCache& kv, size_t n) {
 }  // namespace
 
 Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool,
-               ForwardScratch scratch, const EngineOptions& options)
+               ForwardScratch own, ForwardScratch* scratch, const EngineOptions& options)
     : model_(std::move(model)),
       pool_(std::move(pool)),
-      scratch_(std::move(scratch)),
+      own_scratch_(std::move(own)),
+      scratch_(scratch != nullptr ? scratch : &own_scratch_),
       options_(options) {
   const size_t rows = static_cast<size_t>(options.max_chunk + options.max_requests);
   tokens_.reserve(rows);
@@ -61,8 +62,10 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> p
   out_rows_.reserve(static_cast<size_t>(options.max_requests));
   in_batch_.reserve(static_cast<size_t>(options.max_requests));
   requests_.reserve(static_cast<size_t>(options.max_requests));
-  logits_.resize(static_cast<size_t>(options.max_requests) *
-                 static_cast<size_t>(model_->config().vocab_size));
+  if (options.max_requests > 1) {
+    logits_.resize(static_cast<size_t>(options.max_requests) *
+                   static_cast<size_t>(model_->config().vocab_size));
+  }
   std::random_device rd;
   swap_tag_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
@@ -91,7 +94,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
       ForwardScratch scratch,
       ForwardScratch::Create(*model, options.max_chunk + options.max_requests, pool->n_threads()));
   return std::unique_ptr<Engine>(
-      new Engine(std::move(model), std::move(pool), std::move(scratch), options));
+      new Engine(std::move(model), std::move(pool), std::move(scratch), nullptr, options));
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::ForSession(Session& session) {
+  EngineOptions options;
+  options.max_requests = 1;
+  options.max_chunk = session.n_batch_;
+  return std::unique_ptr<Engine>(
+      new Engine(session.model_, session.pool_, ForwardScratch(), &session.scratch_, options));
 }
 
 StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prompt,
@@ -121,8 +132,8 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
   const int32_t vocab = model_->config().vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab) {
-      return InvalidArgumentError("prompt token ", i, " is ", prompt[i],
-                                  ", outside the vocabulary of ", vocab);
+      return OutOfRangeError("prompt token ", i, " is ", prompt[i], ", outside the vocabulary of ",
+                             vocab);
     }
   }
   for (const auto& r : requests_) {
@@ -147,7 +158,7 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
     }
   }
   // The scratch's adapter buffers, sized for the set now (never on a step).
-  POCKET_RETURN_IF_ERROR(scratch_.ReserveAdapters(*model_, AdapterMidFloats(session->adapters_)));
+  POCKET_RETURN_IF_ERROR(scratch_->ReserveAdapters(*model_, AdapterMidFloats(session->adapters_)));
 
   auto r = std::make_unique<Request>();
   r->id = next_id_++;
@@ -249,7 +260,7 @@ StatusOr<int32_t> Engine::Step() {
   segments_.clear();
   out_rows_.clear();
   in_batch_.clear();
-  const int32_t max_rows = scratch_.max_batch();
+  const int32_t max_rows = scratch_->max_batch();
   // Decode rows first (one each: they always fit), then prefill chunks while they fit.
   for (auto& r : requests_) {
     if (r->phase != Request::Phase::kDecode || r->swapped) continue;
@@ -313,18 +324,26 @@ StatusOr<int32_t> Engine::Step() {
     batch.tokens = tokens_;
     batch.segments = segments_;
     batch.output_rows = out_rows_;
-    batch.logits = logits_.data();
-    const Status pass = Forward(*model_, scratch_, *pool_, batch);
+    // One segment (a request alone, Session::Generate): its logits go straight to its session.
+    const bool direct = in_batch_.size() == 1;
+    batch.logits = direct ? in_batch_[0]->session->logits_.data() : logits_.data();
+#if POCKET_FORWARD_TRACE
+    if (direct) batch.trace = &in_batch_[0]->session->trace_;
+#endif
+    const Status pass = Forward(*model_, *scratch_, *pool_, batch);
     const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
     for (size_t i = 0; i < in_batch_.size(); ++i) {
       Request& r = *in_batch_[i];
+      Session& s = *r.session;
       if (!pass.ok()) {
+        if (direct) s.logits_at_ = 0;  // its logits may be half written
         Fail(r, pass);
         continue;
       }
-      Session& s = *r.session;
       const BatchSegment& seg = segments_[i];
-      std::memcpy(s.logits_.data(), logits_.data() + i * vocab, vocab * sizeof(float));
+      if (!direct) {
+        std::memcpy(s.logits_.data(), logits_.data() + i * vocab, vocab * sizeof(float));
+      }
       s.history_.insert(s.history_.end(), tokens_.begin() + seg.row_begin,
                         tokens_.begin() + seg.row_end);
       s.logits_at_ = s.history_.size();
@@ -466,8 +485,7 @@ Status Engine::SwapOut(Request& r) {
   r.swap_tokens = s.history_.size();
   r.swap_path = path;
   r.swapped = true;
-  s.Reset();  // a consistent, empty session while it is on disk
-  s.ReleaseKv();
+  s.Reset();  // a consistent, empty session while it is on disk, its pages freed
   ++stats_.swaps_out;
   return Status::Ok();
 }

@@ -95,7 +95,7 @@ class Engine {
   int32_t last_rows() const { return last_rows_; }
   int32_t last_decode_rows() const { return last_decode_rows_; }
   // Bytes the engine holds (its scratch and logits buffer).
-  size_t memory_bytes() const { return scratch_.bytes() + logits_.capacity() * sizeof(float); }
+  size_t memory_bytes() const { return own_scratch_.bytes() + logits_.capacity() * sizeof(float); }
   // Swaps and KV bytes (with a budget, kv_bytes stays within it after every step).
   EngineStats stats() const;
 
@@ -105,8 +105,15 @@ class Engine {
 
  private:
   struct Request;
-  Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool,
-         ForwardScratch scratch, const EngineOptions& options);
+  // Session::Generate runs on a one-request engine of its own (ForSession).
+  friend class Session;
+  // `scratch` null: the engine's own `own`; else one it borrows (a session's).
+  Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool, ForwardScratch own,
+         ForwardScratch* scratch, const EngineOptions& options);
+  // A one-request engine on `session`'s pool that borrows its scratch (one request's step is its
+  // prefill chunk or its decode row, never both: the session's n_batch rows suffice) and writes
+  // the logits into the session's buffer: no memory beyond a few reserved vectors.
+  static StatusOr<std::unique_ptr<Engine>> ForSession(Session& session);
   // The token step of a request whose logits are ready: choose, accept, stop checks.
   void Advance(Request& r);
   // Ends a request: the constraint's and stream's Finish, timings, the session's cancel request
@@ -126,7 +133,8 @@ class Engine {
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<ThreadPool> pool_;
-  ForwardScratch scratch_;
+  ForwardScratch own_scratch_;
+  ForwardScratch* scratch_;  // &own_scratch_ or a session's
   EngineOptions options_;
   int64_t next_id_ = 1;
   std::vector<std::unique_ptr<Request>> requests_;  // in submission order (active and done)
@@ -135,6 +143,8 @@ class Engine {
   std::vector<BatchSegment> segments_;
   std::vector<int32_t> out_rows_;
   std::vector<Request*> in_batch_;
+  // [max_requests, vocab] (a one-segment pass writes straight into its session's logits: a
+  // one-request engine has none).
   std::vector<float> logits_;
   int32_t last_rows_ = 0;
   int32_t last_decode_rows_ = 0;

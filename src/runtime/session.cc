@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/timer.h"
+#include "runtime/engine.h"
 #include "runtime/token_step.h"
 
 namespace pocket {
@@ -51,6 +52,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
   session->prefix_cache_ = options.prefix_cache;
   return session;
 }
+
+Session::~Session() = default;
 
 StatusOr<std::shared_ptr<ThreadPool>> MakeThreadPool(int32_t n_threads) {
   if (n_threads < 0 || n_threads > 256) {
@@ -261,6 +264,26 @@ void Session::StorePrefix(std::span<const int32_t> prompt) {
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
                                            const GenerateOptions& options,
                                            const StreamCallback& on_text) {
+  if (options.drafter != nullptr) return GenerateUnbatched(prompt, options, on_text);
+  const CancelScope cancel_scope(&cancel_);
+  POCKET_RETURN_IF_ERROR(options.sampling.Validate());
+  if (options.max_tokens < 0) return InvalidArgumentError("max tokens must be >= 0");
+  if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
+  if (engine_ == nullptr) {
+    POCKET_ASSIGN_OR_RETURN(engine_, Engine::ForSession(*this));
+  }
+  POCKET_ASSIGN_OR_RETURN(const int64_t id, engine_->Submit(this, prompt, options, on_text));
+  // Step fails only when called from inside a step (a stream callback): not this outer call.
+  while (!engine_->done(id)) {
+    POCKET_ASSIGN_OR_RETURN(const int32_t active, engine_->Step());
+    static_cast<void>(active);
+  }
+  return engine_->Take(id);
+}
+
+StatusOr<GenerateResult> Session::GenerateUnbatched(std::span<const int32_t> prompt,
+                                                    const GenerateOptions& options,
+                                                    const StreamCallback& on_text) {
   const CancelScope cancel_scope(&cancel_);
   POCKET_RETURN_IF_ERROR(options.sampling.Validate());
   if (options.max_tokens < 0) return InvalidArgumentError("max tokens must be >= 0");
@@ -330,8 +353,8 @@ Status Session::SetAdapters(AdapterSet set) {
   }
   POCKET_RETURN_IF_ERROR(scratch_.ReserveAdapters(*model_, AdapterMidFloats(set)));
   adapters_ = std::move(set);
-  // Every cached key and value was computed with the old set.
-  Reset();
+  // Every cached key and value was computed with the old set (its pages serve the next context).
+  ResetKeepingPages();
   return Status::Ok();
 }
 

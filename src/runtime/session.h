@@ -59,6 +59,7 @@ struct LabelScore {
 };
 
 class TokenStep;
+class Engine;
 
 class Session {
  public:
@@ -102,9 +103,16 @@ class Session {
   // Logits after the last evaluated token ([vocab]).
   std::span<const float> last_logits() const { return logits_; }
 
-  // Sets the context to `prompt` and generates until a stop condition.
+  // Sets the context to `prompt` and generates until a stop condition. Without a drafter it runs
+  // as a request of a one-request engine of the session's own (engine.h: the code that batches
+  // many sessions, alone); with one, speculative decoding runs as GenerateUnbatched.
   StatusOr<GenerateResult> Generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                     const StreamCallback& on_text = nullptr);
+  // The same without the engine: the prefill, then the token-by-token loop of the session alone.
+  // The oracle the engine (batched or not) is tested against, and the speculative path.
+  StatusOr<GenerateResult> GenerateUnbatched(std::span<const int32_t> prompt,
+                                             const GenerateOptions& options,
+                                             const StreamCallback& on_text = nullptr);
   // Tokenizes `text` (special tokens recognised, BOS added if the model wants it) and generates.
   StatusOr<GenerateResult> Generate(std::string_view text, const GenerateOptions& options,
                                     const StreamCallback& on_text = nullptr);
@@ -172,9 +180,14 @@ class Session {
   StatusOr<std::string> Load(const std::string& path, uint64_t max_user_data_bytes = UINT64_MAX,
                              uint64_t* user_data_bytes = nullptr);
 
-  // Forgets the context. Its KV pages are kept for the next one (returning them to the system and
-  // faulting fresh ones in measured 3-7% slower prefill); ReleaseKv frees them.
+  // Forgets the context and frees its KV pages: memory back to the system.
   void Reset() {
+    ResetKeepingPages();
+    kv_.Trim();
+  }
+  // Forgets the context but keeps its KV pages for the next one, which then writes into pages
+  // already faulted in (benchmarks repeating a prefill: fresh pages measured 3-7% slower).
+  void ResetKeepingPages() {
     Truncate(0);
     logits_at_ = 0;
   }
@@ -182,6 +195,10 @@ class Session {
   void ReleaseKv() {
     kv_.Trim();
   }
+
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
  private:
   // The batched engine (engine.h) drives a session's steps from outside: its prefill chunks and
@@ -269,6 +286,8 @@ class Session {
   const Drafter* hidden_drafter_ = nullptr;
   size_t hidden_synced_ = 0;
   std::atomic<bool> cancel_{false};
+  // Generate's one-request engine (made at the first Generate without a drafter).
+  std::unique_ptr<Engine> engine_;
 #if POCKET_FORWARD_TRACE
   ForwardTrace trace_;
 #endif

@@ -1,7 +1,9 @@
 // The batched engine (runtime/engine.h) on the real stories260K model: every request of a batch of
 // 1 to 8, with different prompt lengths (several prefill chunks), sampling settings, constraints,
-// stop strings and budgets, produces token for token what Session::Generate produces alone;
-// requests that join while others decode, cancelled ones, and reuse of a session's context too.
+// stop strings and budgets, produces token for token what Session::GenerateUnbatched (the
+// session's own token-by-token loop) produces alone, and so does Session::Generate (a one-request
+// engine); requests that join while others decode, cancelled ones, and reuse of a session's
+// context too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -123,12 +125,27 @@ struct Fixture {
     EXPECT_TRUE(s.ok());
     return s.ok() ? std::move(*s) : nullptr;
   }
+  // The oracle (GenerateUnbatched), checked against Generate on a one-request engine.
   GenerateResult Alone(const Case& c, std::vector<int32_t>* history = nullptr) {
     auto s = NewSession();
     Prepared p = Prepare(*model, c);
-    auto r = s->Generate(std::span<const int32_t>(p.prompt), p.options);
+    auto r = s->GenerateUnbatched(std::span<const int32_t>(p.prompt), p.options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (history != nullptr) history->assign(s->history().begin(), s->history().end());
+    auto t = NewSession();
+    Prepared q = Prepare(*model, c);
+    auto g = t->Generate(std::span<const int32_t>(q.prompt), q.options);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (r.ok() && g.ok()) {
+      EXPECT_EQ(g->tokens, r->tokens) << c.prompt;
+      EXPECT_EQ(g->text, r->text) << c.prompt;
+      EXPECT_EQ(g->stop_reason, r->stop_reason) << c.prompt;
+      EXPECT_EQ(g->n_prompt_tokens, r->n_prompt_tokens) << c.prompt;
+      EXPECT_EQ(g->n_forced_tokens, r->n_forced_tokens) << c.prompt;
+      EXPECT_EQ(std::vector<int32_t>(t->history().begin(), t->history().end()),
+                std::vector<int32_t>(s->history().begin(), s->history().end()))
+          << c.prompt;
+    }
     return r.ok() ? *r : GenerateResult{};
   }
   std::shared_ptr<const Model> model;
@@ -232,8 +249,8 @@ TEST(EngineTest, RequestsJoinWhileOthersDecodeAndSessionsAreReused) {
   Prepared p = Prepare(*f.model, more);
   auto solo = f.NewSession();
   Prepared p0 = Prepare(*f.model, cases[1]);
-  ASSERT_TRUE(solo->Generate(std::span<const int32_t>(p0.prompt), p0.options).ok());
-  auto expected = solo->Generate(std::span<const int32_t>(p.prompt), p.options);
+  ASSERT_TRUE(solo->GenerateUnbatched(std::span<const int32_t>(p0.prompt), p0.options).ok());
+  auto expected = solo->GenerateUnbatched(std::span<const int32_t>(p.prompt), p.options);
   ASSERT_TRUE(expected.ok());
   EXPECT_GT(expected->n_reused_tokens, 20);
   auto id = f.engine->Submit(sessions[1].get(), p.prompt, p.options);
@@ -352,14 +369,14 @@ TEST(EngineTest, QuantizedBatchWithAdaptersMatchesAlone) {
     auto r = (*engine)->Take(ids[i]);
     ASSERT_TRUE(r.ok());
     auto alone = session(i % 2 == 1);
-    auto expected = alone->Generate(std::span<const int32_t>(prompts[i]), options[i]);
+    auto expected = alone->GenerateUnbatched(std::span<const int32_t>(prompts[i]), options[i]);
     ASSERT_TRUE(expected.ok());
     EXPECT_EQ(r->tokens, expected->tokens) << "request " << i;
     EXPECT_EQ(r->tokens.size(), 24u) << "request " << i;
     // The adapter changes what the session generates (else the mix would prove nothing).
     if (i % 2 == 1) {
       auto bare = session(false);
-      auto without = bare->Generate(std::span<const int32_t>(prompts[i]), options[i]);
+      auto without = bare->GenerateUnbatched(std::span<const int32_t>(prompts[i]), options[i]);
       ASSERT_TRUE(without.ok());
       EXPECT_NE(without->tokens, r->tokens) << "request " << i;
     }
@@ -460,6 +477,7 @@ TEST(EngineTest, RefusesWhatItCannotRun) {
   const std::vector<int32_t> bad = {1, 2, 100000};
   auto r = f.engine->Submit(s.get(), bad, g);
   ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);  // as the forward pass says it
   EXPECT_NE(r.status().message().find("prompt token 2"), std::string::npos)
       << r.status().ToString();
   // A session of another pool; a prefill chunk over the engine's.
