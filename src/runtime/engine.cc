@@ -38,6 +38,7 @@ struct Engine::Request {
   bool swapped = false;
   std::string swap_path;
   size_t swap_tokens = 0;
+  int64_t restored_step = -1;  // the step that restored it (no victim in that step)
 };
 
 namespace {
@@ -70,13 +71,29 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> p
   swap_tag_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-// Requests never taken are dropped without touching their sessions (which may be gone; a swapped
-// one was reset when it was saved). Their swap files are removed.
+// Requests never taken are dropped; their sessions (alive: a session's end detaches it) are handed
+// back as they are, a swapped one loaded from its file first (whatever the budget), and the swap
+// files are removed.
 Engine::~Engine() {
   for (const auto& r : requests_) {
+    r->session->engine_request_ = nullptr;
     if (!r->swapped) continue;
+    const StatusOr<std::string> loaded = r->session->Load(r->swap_path);
+    static_cast<void>(loaded);  // on failure the session stays empty (it was reset when saved)
     std::error_code ec;
     std::filesystem::remove(r->swap_path, ec);
+  }
+}
+
+void Engine::Detach(const Session* session) {
+  for (auto it = requests_.begin(); it != requests_.end(); ++it) {
+    if ((*it)->session != session) continue;
+    if ((*it)->swapped) {
+      std::error_code ec;
+      std::filesystem::remove((*it)->swap_path, ec);
+    }
+    requests_.erase(it);
+    return;
   }
 }
 
@@ -141,6 +158,9 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
       return FailedPreconditionError("the session is in request ", r->id, " already");
     }
   }
+  if (session->engine_request_ != nullptr) {
+    return FailedPreconditionError("the session is in a request of another engine already");
+  }
   if (static_cast<int32_t>(requests_.size()) >= options_.max_requests) {
     return ResourceExhaustedError("the engine holds ", requests_.size(),
                                   " requests (active or not taken), its limit");
@@ -187,6 +207,7 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
   r->phase = common == prompt.size() ? Request::Phase::kReady : Request::Phase::kPrefill;
   const int64_t id = r->id;
   requests_.push_back(std::move(r));
+  session->engine_request_ = this;
   return id;
 }
 
@@ -240,6 +261,7 @@ void Engine::Advance(Request& r) {
 StatusOr<int32_t> Engine::Step() {
   if (stepping_) return FailedPreconditionError("Step from inside Step (a stream callback)");
   stepping_ = true;
+  ++steps_;
   struct Done {
     bool* flag;
     ~Done() { *flag = false; }
@@ -261,51 +283,60 @@ StatusOr<int32_t> Engine::Step() {
   out_rows_.clear();
   in_batch_.clear();
   const int32_t max_rows = scratch_->max_batch();
-  // Decode rows first (one each: they always fit), then prefill chunks while they fit.
+  // Who runs is decided in the order the requests came, so the budget's pages go to the older
+  // ones first (an older request's chunk before a newer one's decode row; MakeRoom evicts only
+  // requests newer than the one it plans for). Decode rows always fit (max_chunk + max_requests
+  // rows); prefill chunks while they fit next to every decode row.
+  int32_t decode_rows = 0;
+  for (const auto& r : requests_) {
+    decode_rows += r->phase == Request::Phase::kDecode && !r->swapped ? 1 : 0;
+  }
+  int32_t prefill_rows = 0;
   for (auto& r : requests_) {
-    if (r->phase != Request::Phase::kDecode || r->swapped) continue;
+    const bool decode = r->phase == Request::Phase::kDecode;
+    if ((!decode && r->phase != Request::Phase::kPrefill) || r->swapped) continue;
     Session& s = *r->session;
     if (s.cancelled()) {
       r->result.stop_reason = StopReason::kCancelled;
-      Finish(*r, true);
+      // As Generate: a prefill cancelled returns at once, with no stream to finish.
+      Finish(*r, decode);
+      if (decode) --decode_rows;
       continue;
     }
-    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()),
-                  static_cast<int32_t>(s.history_.size()) + 1)) {
+    const size_t h = s.history_.size();
+    const size_t n =
+        decode ? 1 : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
+    if (!decode && decode_rows + prefill_rows + static_cast<int32_t>(n) > max_rows) {  // next step
       continue;
     }
-    BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
-                     static_cast<int32_t>(tokens_.size()) + 1,
-                     static_cast<int32_t>(s.history_.size())};
-    seg.adapters = &s.adapters_;
-    tokens_.push_back(r->pending);
-    segments_.push_back(seg);
+    if (!MakeRoom(*r, static_cast<int32_t>(h), static_cast<int32_t>(h + n))) {
+      if (decode) --decode_rows;
+      continue;
+    }
+    if (!decode) prefill_rows += static_cast<int32_t>(n);
     in_batch_.push_back(r.get());
   }
-  last_decode_rows_ = static_cast<int32_t>(tokens_.size());
-  for (auto& r : requests_) {
-    if (r->phase != Request::Phase::kPrefill || r->swapped) continue;
+  // The batch: decode rows first, then the chunks (each group in the requests' order).
+  std::stable_partition(in_batch_.begin(), in_batch_.end(),
+                        [](const Request* r) { return r->phase == Request::Phase::kDecode; });
+  for (Request* r : in_batch_) {
     Session& s = *r->session;
-    if (s.cancelled()) {  // as Generate: a prefill cancelled returns at once, no stream to finish
-      r->result.stop_reason = StopReason::kCancelled;
-      Finish(*r, false);
-      continue;
-    }
-    const size_t n = std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
-    if (tokens_.size() + n > static_cast<size_t>(max_rows)) continue;  // next step
-    if (!MakeRoom(*r, static_cast<int32_t>(s.history_.size()),
-                  static_cast<int32_t>(s.history_.size() + n))) {
-      continue;
-    }
+    const bool decode = r->phase == Request::Phase::kDecode;
+    const size_t n =
+        decode ? 1 : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size() + n),
                      static_cast<int32_t>(s.history_.size())};
     seg.adapters = &s.adapters_;
-    tokens_.insert(tokens_.end(), r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at),
-                   r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at + n));
+    if (decode) {
+      tokens_.push_back(r->pending);
+    } else {
+      tokens_.insert(tokens_.end(), r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at),
+                     r->prompt.begin() + static_cast<std::ptrdiff_t>(r->at + n));
+    }
     segments_.push_back(seg);
-    in_batch_.push_back(r.get());
   }
+  last_decode_rows_ = static_cast<int32_t>(tokens_.size()) - prefill_rows;
   last_rows_ = static_cast<int32_t>(tokens_.size());
   if (tokens_.empty() && options_.kv_budget_bytes > 0) {
     // Nothing could run (never expected: the oldest request can always evict the others). Fail
@@ -419,7 +450,7 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
   while (resident + planned_bytes_ + need > budget) {
     // A victim: a finished request's session (idle) first, else the least recently used entry of
     // a prefix cache, else the newest active request submitted after r that is not in this
-    // step's batch.
+    // step's batch nor restored in this step (RestoreWaiting left room for r's rows).
     Request* victim = nullptr;
     for (auto it = requests_.rbegin(); it != requests_.rend() && victim == nullptr; ++it) {
       Request* q = it->get();
@@ -432,7 +463,8 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
     if (victim == nullptr) {
       for (auto it = requests_.rbegin(); it != requests_.rend() && it->get() != &r; ++it) {
         Request* q = it->get();
-        if (!q->swapped && q->phase != Request::Phase::kDone && !in_batch(q)) {
+        if (!q->swapped && q->phase != Request::Phase::kDone && !in_batch(q) &&
+            q->restored_step != steps_) {
           victim = q;
           break;
         }
@@ -505,28 +537,56 @@ Status Engine::SwapIn(Request& r) {
   return Status::Ok();
 }
 
+int32_t Engine::NextRows(const Request& r) const {
+  if (r.phase == Request::Phase::kDone) return 0;
+  if (r.phase != Request::Phase::kPrefill) return 1;  // a decode row (now or after the token step)
+  return static_cast<int32_t>(
+      std::min(r.prompt.size() - r.at, static_cast<size_t>(r.session->n_batch_)));
+}
+
 void Engine::RestoreWaiting() {
   const size_t budget = options_.kv_budget_bytes;
-  for (auto& r : requests_) {
-    if (!r->swapped || r->phase == Request::Phase::kDone) continue;
-    size_t active = 0;
-    for (const auto& q : requests_) {
-      active += !q->swapped && q->phase != Request::Phase::kDone ? 1 : 0;
+  // Oldest first, and an older request comes before newer ones: a swapped request returns as soon
+  // as it fits with its next rows and the next rows (at least a page) of each older request in
+  // memory (so none of them has to evict it again soon), making room by saving idle sessions
+  // (finished, not taken), then dropping the prefix caches' least recently used entries, then
+  // saving the newest active requests submitted after it. Newer requests never keep an older one
+  // waiting.
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    Request& r = *requests_[i];
+    if (!r.swapped || r.phase == Request::Phase::kDone) continue;
+    size_t need = PagesBytes(r.session->kv_, r.swap_tokens + static_cast<size_t>(NextRows(r)));
+    size_t kept = 0;  // what no eviction frees: the older active sessions' own pages
+    for (size_t j = 0; j < i; ++j) {
+      const Request& q = *requests_[j];
+      if (q.swapped || q.phase == Request::Phase::kDone) continue;
+      kept += q.session->kv_.private_bytes();
+      // At least a page each: an older session growing by a page would evict it again soon.
+      const int32_t h = static_cast<int32_t>(q.session->history_.size());
+      need +=
+          std::max(q.session->kv_.ReserveBytes(h, h + NextRows(q)), q.session->kv_.page_bytes());
     }
-    // Room for it and, when others are in memory, for one more page of each of them and of it
-    // (so it is not evicted at once); idle sessions (finished requests) make room first.
-    const size_t need = PagesBytes(r->session->kv_, r->swap_tokens) +
-                        (active > 0 ? (active + 1) * r->session->kv_.page_bytes() : 0);
+    // It cannot fit before older ones end: wait without saving anyone in vain.
+    if (kept + need > budget) return;
     while (ResidentBytes() + need > budget) {
-      Request* idle = nullptr;
-      for (auto it = requests_.rbegin(); it != requests_.rend() && idle == nullptr; ++it) {
-        if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) idle = it->get();
+      Request* victim = nullptr;
+      for (auto it = requests_.rbegin(); it != requests_.rend() && victim == nullptr; ++it) {
+        if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) victim = it->get();
       }
-      if (idle == nullptr || !SwapOut(*idle).ok()) break;
+      if (victim == nullptr && EvictPrefixEntry()) continue;
+      for (size_t j = requests_.size(); victim == nullptr && j > i + 1; --j) {
+        Request* q = requests_[j - 1].get();
+        if (!q->swapped && q->phase != Request::Phase::kDone) victim = q;
+      }
+      if (victim == nullptr || !SwapOut(*victim).ok()) break;
     }
-    if (ResidentBytes() + need > budget) return;  // oldest first: the later ones wait too
-    const Status restored = SwapIn(*r);
-    if (!restored.ok()) Fail(*r, restored);
+    if (ResidentBytes() + need > budget) return;  // it waits, and the later ones behind it
+    const Status restored = SwapIn(r);
+    if (!restored.ok()) {
+      Fail(r, restored);
+      continue;
+    }
+    r.restored_step = steps_;
   }
 }
 
@@ -566,6 +626,7 @@ StatusOr<GenerateResult> Engine::Take(int64_t id) {
       return FailedPreconditionError("request ", id, " is still running");
     }
     std::unique_ptr<Request> r = std::move(*it);
+    r->session->engine_request_ = nullptr;
     requests_.erase(it);
     if (r->swapped) {
       // Handed back in memory, whatever the budget; idle sessions (finished, not taken) go to

@@ -42,9 +42,11 @@ struct EngineOptions {
   // entries (0: none), in bytes of pages held, a page shared by several (a cached prefix) once.
   // When a step needs pages beyond it, sessions are saved to `swap_dir`
   // (Session::Save) and their pages freed: those of finished requests not yet taken first, then
-  // the newest active requests; a swapped request waits and is restored (oldest first) when it
-  // fits again, or at Take. The oldest active request can always evict the others, so every
-  // request completes. Submit refuses, with ResourceExhausted naming the sizes, a request whose
+  // the prefix caches' least recently used entries, then the newest active requests. Older
+  // requests come first: a step plans the budget in the order the requests came, and a swapped
+  // request is restored (oldest first) at the next step, saving newer ones to make room when it
+  // must, or at Take. The oldest request can always evict the others, so every request
+  // completes. Submit refuses, with ResourceExhausted naming the sizes, a request whose
   // prompt and max_tokens cannot fit the budget alone.
   size_t kv_budget_bytes = 0;
   // Where swapped sessions are written (empty: the system's temporary directory).
@@ -88,7 +90,9 @@ class Engine {
   bool done(int64_t id) const;
   // The result of a finished request, handing its session back (NotFound for an unknown id,
   // FailedPrecondition while it runs). Submit and Take are refused from inside Step (a stream
-  // callback). A session must outlive its request (until Take, or the engine's end).
+  // callback). A session destroyed before Take drops its request (from the thread that drives the
+  // engine, never from a stream callback); requests never taken when the engine ends hand their
+  // sessions back as they are (a swapped one loaded from its file).
   StatusOr<GenerateResult> Take(int64_t id);
 
   // Rows of the last step's batch, and of them decode rows (for benchmarks and tests).
@@ -130,6 +134,10 @@ class Engine {
   Status SwapOut(Request& r);
   Status SwapIn(Request& r);
   void RestoreWaiting();
+  // Rows `r` puts in its next step (its next prefill chunk, or a decode row; 0 when done).
+  int32_t NextRows(const Request& r) const;
+  // A session's end: its request (never taken) is dropped, its swap file removed.
+  void Detach(const Session* session);
 
   std::shared_ptr<const Model> model_;
   std::shared_ptr<ThreadPool> pool_;
@@ -149,6 +157,7 @@ class Engine {
   int32_t last_rows_ = 0;
   int32_t last_decode_rows_ = 0;
   bool stepping_ = false;     // inside Step (stream callbacks run there)
+  int64_t steps_ = 0;         // Steps begun
   size_t planned_bytes_ = 0;  // pages the step's batch will allocate (budget bookkeeping)
   // ResidentBytes' scratch: the shared pages of the sessions in memory, and their sizes.
   mutable std::vector<std::pair<const uint8_t*, size_t>> shared_pages_;

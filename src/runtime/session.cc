@@ -53,7 +53,9 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
   return session;
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (engine_request_ != nullptr) engine_request_->Detach(this);
+}
 
 StatusOr<std::shared_ptr<ThreadPool>> MakeThreadPool(int32_t n_threads) {
   if (n_threads < 0 || n_threads > 256) {

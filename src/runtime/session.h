@@ -288,6 +288,8 @@ class Session {
   std::atomic<bool> cancel_{false};
   // Generate's one-request engine (made at the first Generate without a drafter).
   std::unique_ptr<Engine> engine_;
+  // The engine whose request holds the session (Submit to Take; the session's end detaches it).
+  Engine* engine_request_ = nullptr;
 #if POCKET_FORWARD_TRACE
   ForwardTrace trace_;
 #endif

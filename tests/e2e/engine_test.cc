@@ -6,6 +6,7 @@
 // context too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -464,6 +465,145 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
       << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("240 positions"), std::string::npos)
       << refused.status().ToString();
+}
+
+// A prompt of n token ids (no tokenizer: the counts must be exact).
+std::vector<int32_t> Ids(int32_t n, int32_t salt) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t j = 0; j < n; ++j) p[static_cast<size_t>(j)] = 1 + (salt * 131 + j * 37) % 500;
+  return p;
+}
+
+// Under a budget older requests come first (a review found a swapped request waiting while newer
+// ones took the room). Budget 4 pages: X (oldest, 100 + 80 positions: 3 pages at its end) evicts A
+// (70 + 50: 2 pages) when it needs its third page; C (4 + 100), submitted while A is on disk,
+// runs in the page left. When X ends, A comes back at once (it needs no headroom for C, which is
+// newer and would be saved to make room) and ends before C, which has more tokens left. Before
+// the fix A waited for room for itself and a page for every session in memory, so C went first.
+TEST(EngineTest, AnOlderSwappedRequestComesBackBeforeNewerOnes) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  GenerateOptions g;
+  g.sampling.temperature = 0;
+  g.ignore_stop_tokens = true;
+  GenerateOptions gx = g, ga = g, gc = g;
+  gx.max_tokens = 80;
+  ga.max_tokens = 50;
+  gc.max_tokens = 100;
+  const std::vector<int32_t> px = Ids(100, 1), pa = Ids(70, 2), pc = Ids(4, 3);
+  auto alone = [&](const std::vector<int32_t>& p, const GenerateOptions& o) {
+    auto s = f.NewSession();
+    auto r = s->GenerateUnbatched(std::span<const int32_t>(p), o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->tokens : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> want_x = alone(px, gx), want_a = alone(pa, ga), want_c = alone(pc, gc);
+  auto sx = f.NewSession(), sa = f.NewSession(), sc = f.NewSession();
+  EngineOptions eo;
+  eo.max_requests = 8;
+  eo.max_chunk = 16;
+  eo.kv_budget_bytes = 4 * sx->kv_page_bytes();
+  eo.swap_dir = std::string(POCKET_BINARY_DIR) + "/engine-swap-order";
+  std::filesystem::remove_all(eo.swap_dir);
+  std::filesystem::create_directories(eo.swap_dir);
+  auto engine = Engine::Create(f.model, f.pool, eo);
+  ASSERT_TRUE(engine.ok());
+  Engine& e = **engine;
+  auto idx = e.Submit(sx.get(), px, gx);
+  auto ida = e.Submit(sa.get(), pa, ga);
+  ASSERT_TRUE(idx.ok() && ida.ok());
+  int64_t idc = 0;
+  std::vector<int64_t> finished;
+  for (int32_t step = 0; step < 1000; ++step) {
+    auto active = e.Step();
+    ASSERT_TRUE(active.ok()) << active.status().ToString();
+    EXPECT_LE(e.stats().kv_bytes, eo.kv_budget_bytes);
+    if (idc == 0 && e.stats().n_swapped == 1) {  // A is on disk: C joins
+      EXPECT_FALSE(e.done(*ida));
+      auto id = e.Submit(sc.get(), pc, gc);
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      idc = *id;
+    }
+    for (int64_t id : {*idx, *ida, idc}) {
+      if (id != 0 && e.done(id) &&
+          std::find(finished.begin(), finished.end(), id) == finished.end()) {
+        finished.push_back(id);
+      }
+    }
+    if (*active == 0 && idc != 0) break;
+  }
+  ASSERT_NE(idc, 0) << "A was never swapped out: the scenario did not happen";
+  EXPECT_EQ(finished, (std::vector<int64_t>{*idx, *ida, idc}));
+  EXPECT_GE(e.stats().swaps_in, 1);
+  auto rx = e.Take(*idx);
+  auto ra = e.Take(*ida);
+  auto rc = e.Take(idc);
+  ASSERT_TRUE(rx.ok() && ra.ok() && rc.ok());
+  EXPECT_EQ(rx->tokens, want_x);
+  EXPECT_EQ(ra->tokens, want_a);
+  EXPECT_EQ(rc->tokens, want_c);
+}
+
+// A session destroyed while its request runs (or waits on disk) drops the request and its swap
+// file; an engine that ends with requests not taken hands their sessions back with their context,
+// a swapped one loaded from its file (a review found it left empty).
+TEST(EngineTest, SessionsAndEnginesEndInEitherOrder) {
+  Fixture f;
+  ASSERT_TRUE(f.engine);
+  GenerateOptions g;
+  g.sampling.temperature = 0;
+  g.ignore_stop_tokens = true;
+  GenerateOptions gx = g, ga = g;
+  gx.max_tokens = 80;
+  ga.max_tokens = 50;
+  const std::vector<int32_t> px = Ids(100, 1), pa = Ids(70, 2);
+  std::vector<int32_t> want_a;
+  {
+    auto s = f.NewSession();
+    ASSERT_TRUE(s->GenerateUnbatched(std::span<const int32_t>(pa), ga).ok());
+    want_a.assign(s->history().begin(), s->history().end());
+  }
+  EngineOptions eo;
+  eo.max_requests = 8;
+  eo.max_chunk = 16;
+  eo.swap_dir = std::string(POCKET_BINARY_DIR) + "/engine-swap-end";
+  for (int round = 0; round < 2; ++round) {
+    std::filesystem::remove_all(eo.swap_dir);
+    std::filesystem::create_directories(eo.swap_dir);
+    auto sx = f.NewSession(), sa = f.NewSession();
+    eo.kv_budget_bytes = 4 * sx->kv_page_bytes();
+    auto engine = Engine::Create(f.model, f.pool, eo);
+    ASSERT_TRUE(engine.ok());
+    auto idx = (*engine)->Submit(sx.get(), px, gx);
+    auto ida = (*engine)->Submit(sa.get(), pa, ga);
+    ASSERT_TRUE(idx.ok() && ida.ok());
+    while ((*engine)->stats().n_swapped == 0) {
+      auto active = (*engine)->Step();
+      ASSERT_TRUE(active.ok());
+      ASSERT_GT(*active, 0) << "A was never swapped out: the scenario did not happen";
+    }
+    ASSERT_FALSE(std::filesystem::is_empty(eo.swap_dir));
+    if (round == 0) {
+      // A's session ends while it is on disk: its request and file go; X goes on.
+      sa.reset();
+      EXPECT_TRUE(std::filesystem::is_empty(eo.swap_dir));
+      EXPECT_EQ((*engine)->stats().n_swapped, 0);
+      ASSERT_TRUE((*engine)->Run().ok());
+      EXPECT_EQ((*engine)->Take(*ida).status().code(), StatusCode::kNotFound);
+      EXPECT_TRUE((*engine)->Take(*idx).ok());
+    } else {
+      // The engine ends first: A's session gets back the context it had when saved.
+      engine->reset();
+      EXPECT_TRUE(std::filesystem::is_empty(eo.swap_dir));
+      const std::vector<int32_t> h(sa->history().begin(), sa->history().end());
+      EXPECT_GT(h.size(), pa.size());
+      ASSERT_LE(h.size(), want_a.size());
+      EXPECT_EQ(h, std::vector<int32_t>(want_a.begin(), want_a.begin() + h.size()));
+      // And it is free for another engine (or Generate).
+      auto r = sa->Generate(std::span<const int32_t>(pa), ga);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+  }
 }
 
 TEST(EngineTest, RefusesWhatItCannotRun) {
