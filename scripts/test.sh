@@ -14,7 +14,9 @@ cd "$root"
 jobs="${POCKET_JOBS:-$(nproc)}"
 "$root/scripts/setup.sh"
 
-step() { printf '\n==== %s ====\n' "$*"; }
+# Each stage's heading says how long the suite has run (CI's limit is 90 minutes; keep it near 60).
+start_s=$SECONDS
+step() { printf '\n==== %s (at %d:%02d) ====\n' "$*" $(((SECONDS - start_s) / 60)) $(((SECONDS - start_s) % 60)); }
 
 step "release build"
 cmake --preset release >/dev/null
