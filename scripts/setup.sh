@@ -7,6 +7,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 packages=(
   g++ cmake ninja-build pkg-config git            # build
   libutf8proc-dev nlohmann-json3-dev libcli11-dev  # core and CLI dependencies
+  libcpp-httplib-dev                               # pocket serve (HTTP)
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
   python3-jsonschema                               # independent check of constrained outputs

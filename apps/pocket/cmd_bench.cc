@@ -119,19 +119,10 @@ Command AddBenchCommand(CLI::App& root) {
         }
         uint64_t kv_budget = 0;
         if (!f->kv_budget.empty()) {
-          char* end = nullptr;
-          const double v = std::strtod(f->kv_budget.c_str(), &end);
-          const std::string unit = end != nullptr ? std::string(end) : std::string();
-          const double scale = unit.empty()                   ? 1.0
-                               : unit == "K" || unit == "KiB" ? 1024.0
-                               : unit == "M" || unit == "MiB" ? 1024.0 * 1024.0
-                               : unit == "G" || unit == "GiB" ? 1024.0 * 1024.0 * 1024.0
-                                                              : 0.0;
-          if (end == f->kv_budget.c_str() || scale == 0.0 || !(v > 0) || v * scale > 1e15) {
-            return ReportUsageError(StrCat("--kv-budget: ", QuoteBytes(f->kv_budget),
-                                           " is not a byte count (such as 67108864 or 64M)"));
-          }
-          kv_budget = static_cast<uint64_t>(v * scale);
+          StatusOr<uint64_t> bytes = ParseByteCount(f->kv_budget);
+          if (!bytes.ok())
+            return ReportUsageError(StrCat("--kv-budget: ", bytes.status().message()));
+          kv_budget = *bytes;
         }
         if ((kv_budget > 0 || !f->swap_dir.empty()) && f->memory == 0) {
           return ReportUsageError("--kv-budget and --swap-dir go with --memory");

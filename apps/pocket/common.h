@@ -38,6 +38,7 @@ Command AddVerifyCommand(CLI::App& root);
 Command AddPruneVocabCommand(CLI::App& root);
 Command AddScoreCommand(CLI::App& root);
 Command AddMakeAdapterCommand(CLI::App& root);
+Command AddServeCommand(CLI::App& root);
 
 // Runtime errors (a file that does not load, a generation that fails): prints
 // "pocket: error: <message>" to stderr and returns 1.
@@ -77,6 +78,8 @@ Status ApplyAdapters(Session& session, const Model& model, const EngineFlags& fl
 // The set as --json reports it: [{"path", "format", "scale", "rank", "targets"}].
 nlohmann::json AdaptersJson(const AdapterSet& set);
 
+// A positive byte count: digits with an optional K/KiB, M/MiB or G/GiB (powers of 1024).
+StatusOr<uint64_t> ParseByteCount(std::string_view text);
 StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path, const EngineFlags& flags);
 // Engine defaults with only a tokenizer override (for commands that do not run the model).
 inline EngineFlags TokenizerOnly(const std::string& tokenizer) {

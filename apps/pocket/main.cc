@@ -55,6 +55,22 @@ void EngineFlags::Register(CLI::App* app) {
   app->add_flag("-v,--verbose", verbose, "log loading details to stderr");
 }
 
+StatusOr<uint64_t> ParseByteCount(std::string_view text) {
+  const std::string t(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  const std::string unit = end != nullptr ? std::string(end) : std::string();
+  const double scale = unit.empty()                   ? 1.0
+                       : unit == "K" || unit == "KiB" ? 1024.0
+                       : unit == "M" || unit == "MiB" ? 1024.0 * 1024.0
+                       : unit == "G" || unit == "GiB" ? 1024.0 * 1024.0 * 1024.0
+                                                      : 0.0;
+  if (end == t.c_str() || scale == 0.0 || !(v > 0) || v * scale > 1e15) {
+    return InvalidArgumentError(QuoteBytes(t), " is not a byte count (such as 67108864 or 64M)");
+  }
+  return static_cast<uint64_t>(v * scale);
+}
+
 void EngineFlags::RegisterLora(CLI::App* app) {
   app->add_option("--lora", lora,
                   "LoRA adapter: a PEFT directory (adapter_config.json + "
@@ -192,6 +208,7 @@ int main(int argc, char** argv) {
       AddPruneVocabCommand(app), AddScoreCommand(app)};
   commands.push_back(AddDrafterLogitsCommand(app));
   commands.push_back(AddMakeAdapterCommand(app));
+  commands.push_back(AddServeCommand(app));
   // After the subcommands: a footer set earlier would be inherited by each of them.
   SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
                      "pocket chat -m model.pocket",

@@ -52,6 +52,10 @@ struct GenerateOptions {
   // Benchmarks (llama.cpp's --ignore-eos): a stop token is kept like any other token, so exactly
   // max_tokens are generated. Without a constraint only (one decides where its output ends).
   bool ignore_stop_tokens = false;
+  // When max_tokens runs out before a constraint is complete: false, a ResourceExhausted error
+  // (a budget never silently cuts a constrained output); true, the partial output with stop
+  // reason kMaxTokens (the server: finish_reason "length", as OpenAI answers).
+  bool partial_constrained_output = false;
 };
 
 // One verification pass of speculative decoding.

@@ -16,6 +16,7 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
       on_text_(on_text),
       result_(result),
       constraint_(options.constraint),
+      partial_constrained_output_(options.partial_constrained_output),
       sampler_(options.sampling, model.config().vocab_size),
       stream_(model.tokenizer(), options.stop_strings),
       masked_(masked),
@@ -157,7 +158,7 @@ void TokenStep::Emit(const std::string& piece) {
 
 Status TokenStep::Finish(int32_t max_tokens) {
   if (constraint_ != nullptr && !constraint_->Complete() &&
-      result_->stop_reason == StopReason::kMaxTokens) {
+      result_->stop_reason == StopReason::kMaxTokens && !partial_constrained_output_) {
     return ResourceExhaustedError("the token budget of ", max_tokens,
                                   " ran out before the constrained output was complete (",
                                   QuoteBytes(result_->text), " so far)");

@@ -67,6 +67,7 @@ class TokenStep {
   const StreamCallback& on_text_;
   GenerateResult* result_;
   Constraint* constraint_;
+  bool partial_constrained_output_;
   Sampler sampler_;
   TextStream stream_;
   std::string piece_;  // reused: the text a token made showable

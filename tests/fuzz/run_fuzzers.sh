@@ -9,7 +9,7 @@ status=0
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 shared="${POCKET_SHARED_DIR:-$root/../shared}"
 for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokenizer_section_fuzz \
-  grammar_fuzz adapter_fuzz; do
+  grammar_fuzz adapter_fuzz serve_request_fuzz; do
   corpus="$work/corpus-$target"
   mkdir -p "$corpus"
   case "$target" in
@@ -19,6 +19,10 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokeniz
     pocket_fuzz) cp "$work/seeds/seed.pocket" "$corpus/" ;;
     adapter_fuzz) cp "$work/seeds/seed.adapter" "$work/seeds/seed-adapter.pocket" "$corpus/" ;;
     tokenizer_section_fuzz) cp "$work/seeds/seed-v1.ptok" "$work/seeds/seed-v2.ptok" "$corpus/" ;;
+    serve_request_fuzz)
+      # Endpoint byte (1: chat, 0: completions), then a request body.
+      printf '\1{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":["a"],"stream":true,"stream_options":{"include_usage":true},"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}' >"$corpus/chat.seed"
+      printf '\0{"model":"m","prompt":"Once","max_tokens":16,"seed":3,"top_p":0.9,"n":1}' >"$corpus/completion.seed" ;;
     grammar_fuzz)
       # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
       for f in "$shared"/testdata/gbnf/*.gbnf; do

@@ -1,0 +1,136 @@
+// pocket serve: the OpenAI-compatible server (src/serve). SIGTERM and SIGINT stop it: it stops
+// accepting, cancels the requests still running, and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "base/str.h"
+#include "common.h"
+#include "serve/server.h"
+
+namespace pocket::cli {
+
+Command AddServeCommand(CLI::App& root) {
+  auto* app = root.add_subcommand(
+      "serve", "an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, ...)");
+  struct Flags {
+    std::string model;
+    EngineFlags engine;
+    serve::ServeOptions serve;
+    std::string api_key_file, alias, kv_budget;
+  };
+  auto f = std::make_shared<Flags>();
+  app->add_option("-m,--model", f->model, "the model to serve")->required();
+  f->engine.Register(app);
+  app->add_option("--host", f->serve.host, "address to listen on (loopback unless you say so)")
+      ->capture_default_str();
+  app->add_option("--port", f->serve.port, "port to listen on (0: any free port)")
+      ->capture_default_str();
+  app->add_option("--parallel", f->serve.parallel,
+                  "requests generating at once, batched in one forward pass")
+      ->capture_default_str();
+  app->add_option("--queue", f->serve.queue_limit,
+                  "requests waiting beyond --parallel; more are refused with 503 + Retry-After")
+      ->capture_default_str();
+  app->add_option("--api-key", f->serve.api_key,
+                  "require 'Authorization: Bearer KEY' (default: no key)");
+  app->add_option("--api-key-file", f->api_key_file, "read the key from this file (first line)");
+  app->add_option("--alias", f->alias,
+                  "the model id clients send as \"model\" (default: the file name without its "
+                  "extension)");
+  app->add_option("--kv-budget", f->kv_budget,
+                  "cap on KV cache bytes (e.g. 256M; sessions beyond it are saved to disk)");
+  app->add_option("--swap-dir", f->serve.swap_dir,
+                  "where sessions are saved under --kv-budget (default: the temp directory)");
+  app->add_option("--max-tokens", f->serve.max_tokens,
+                  "the most tokens a request may generate (and chat's default)")
+      ->capture_default_str();
+  app->add_option("--max-body", f->serve.max_body_bytes, "largest request body in bytes (413)")
+      ->capture_default_str();
+  app->add_option("--http-threads", f->serve.http_threads, "connections served at once")
+      ->capture_default_str();
+  SetExamples(app, {"pocket serve -m model.pocket",
+                    "pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
+                    "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
+                    "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
+                    "\"user\", \"content\": \"Hi\"}]}'"});
+  return {app, [=]() -> int {
+            if (!f->serve.api_key.empty() && !f->api_key_file.empty()) {
+              return ReportUsageError("give --api-key or --api-key-file, not both");
+            }
+            if (!f->api_key_file.empty()) {
+              std::ifstream in(f->api_key_file);
+              if (!in) {
+                return ReportError(IoError("cannot read --api-key-file ", f->api_key_file));
+              }
+              std::getline(in, f->serve.api_key);
+              while (!f->serve.api_key.empty() &&
+                     (f->serve.api_key.back() == '\r' || f->serve.api_key.back() == ' ')) {
+                f->serve.api_key.pop_back();
+              }
+              if (f->serve.api_key.empty()) {
+                return ReportUsageError(StrCat("--api-key-file ", f->api_key_file, " is empty"));
+              }
+            }
+            if (!f->kv_budget.empty()) {
+              StatusOr<uint64_t> bytes = ParseByteCount(f->kv_budget);
+              if (!bytes.ok())
+                return ReportUsageError(StrCat("--kv-budget: ", bytes.status().message()));
+              f->serve.kv_budget_bytes = static_cast<size_t>(*bytes);
+            }
+            // SIGTERM and SIGINT go to one thread (blocked here, before any thread starts).
+            sigset_t signals;
+            sigemptyset(&signals);
+            sigaddset(&signals, SIGTERM);
+            sigaddset(&signals, SIGINT);
+            pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+            StatusOr<std::shared_ptr<const Model>> model = LoadModel(f->model, f->engine);
+            if (!model.ok()) return ReportError(model.status());
+            StatusOr<SessionOptions> so = f->engine.Session();
+            if (!so.ok()) return ReportUsageError(so.status().message());
+            serve::ServeOptions o = f->serve;
+            o.n_threads = so->n_threads;
+            o.n_ctx = so->n_ctx;
+            o.n_batch = so->n_batch;
+            o.kv_type = so->kv_type;
+            o.model_name =
+                f->alias.empty() ? std::filesystem::path(f->model).stem().string() : f->alias;
+            o.log = [](std::string_view line) {
+              std::fprintf(stderr, "pocket serve: %.*s\n", static_cast<int>(line.size()),
+                           line.data());
+            };
+            if (!f->engine.lora.empty()) {
+              return ReportUsageError("--lora is not supported by serve yet");
+            }
+            StatusOr<std::unique_ptr<serve::Server>> server = serve::Server::Create(*model, o);
+            if (!server.ok()) return ReportError(server.status());
+            if (Status b = (*server)->Bind(); !b.ok()) return ReportError(b);
+            std::fprintf(stderr, "pocket serve: listening on http://%s:%d (model \"%s\")\n",
+                         o.host.c_str(), (*server)->port(), o.model_name.c_str());
+            std::fflush(stderr);
+            serve::Server* s = server->get();
+            std::thread watcher([signals, s] {
+              int sig = 0;
+              sigwait(&signals, &sig);
+              std::fprintf(stderr, "pocket serve: %s, stopping\n",
+                           sig == SIGTERM ? "SIGTERM" : "SIGINT");
+              s->Stop();
+            });
+            const Status served = s->Serve();
+            // The watcher waits for a signal: send one to end it when the server stopped itself.
+            pthread_kill(watcher.native_handle(), SIGTERM);
+            watcher.join();
+            server->reset();
+            if (!served.ok()) return ReportError(served);
+            std::fprintf(stderr, "pocket serve: stopped\n");
+            return 0;
+          }};
+}
+
+}  // namespace pocket::cli

@@ -1,0 +1,64 @@
+// pocket serve: an OpenAI-compatible HTTP server over one model's engine (docs/architecture.md,
+// "Server"). HTTP threads (cpp-httplib) parse and validate requests, encode their prompts and
+// compile their constraints, then hand them to ONE scheduler thread that owns the Engine and a
+// fixed set of sessions (--parallel): it admits queued requests to free sessions, steps the engine
+// (every running request batched in one forward pass), and hands each request's streamed text and
+// result back to its HTTP thread. A streaming client that goes away cancels its request within a
+// step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace pocket::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;           // 0: any free port (Server::port() says which)
+  std::string model_name;    // the id clients send as "model" (and /v1/models lists)
+  std::string api_key;       // empty: no key required
+  int32_t parallel = 4;      // requests generating at once (the engine's batch)
+  int32_t queue_limit = 64;  // requests waiting beyond those (more: 503 with Retry-After)
+  int32_t n_threads = 0;     // compute threads (0: one per hardware thread)
+  int32_t n_ctx = 4096;      // each session's context
+  int32_t n_batch = 512;     // prefill chunk
+  KvType kv_type = KvType::kF16;
+  size_t kv_budget_bytes = 0;               // 0: none (EngineOptions::kv_budget_bytes)
+  std::string swap_dir;                     // where sessions are saved under a budget
+  int32_t max_tokens = 4096;                // the most a request may ask for
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
+  int32_t http_threads = 32;                // connections served at once
+  // One line per finished request (id, tokens, finish reason, seconds); null: none.
+  std::function<void(std::string_view line)> log;
+};
+
+class Server {
+ public:
+  static StatusOr<std::unique_ptr<Server>> Create(std::shared_ptr<const Model> model,
+                                                  const ServeOptions& options);
+  // Binds host:port (Unavailable naming them when it cannot).
+  Status Bind();
+  int port() const;
+  // Serves until Stop(): then stops accepting, cancels the requests still running, and returns.
+  Status Serve();
+  // Thread-safe; not from a signal handler.
+  void Stop();
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pocket::serve

