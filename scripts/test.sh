@@ -7,7 +7,7 @@
 #   4. ThreadSanitizer build of the runtime's multi-threaded tests (sessions on many threads, the
 #      engine with cancellation from others, the shared prefix cache),
 #   5. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
-# Environment: POCKET_FUZZ_SECONDS (default 60 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS.
+# Environment: POCKET_FUZZ_SECONDS (default 40 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -46,9 +46,9 @@ for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$root/build-tsan/bin/$t" --gtest_brief=1
 done
 
-step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-60} s per target)"
+step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-40} s per target)"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$jobs"
-"$root/tests/fuzz/run_fuzzers.sh" "$root/build-fuzz" "${POCKET_FUZZ_SECONDS:-60}"
+"$root/tests/fuzz/run_fuzzers.sh" "$root/build-fuzz" "${POCKET_FUZZ_SECONDS:-40}"
 
 step "all tests passed"
