@@ -20,6 +20,11 @@ Status SamplerParams::Validate() const {
   if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) {
     return InvalidArgumentError("presence and frequency penalties must be finite");
   }
+  for (const auto& [id, bias] : logit_bias) {
+    if (!std::isfinite(bias)) {
+      return InvalidArgumentError("the logit bias of token ", id, " must be finite");
+    }
+  }
   if (penalty_last_n < 0) return InvalidArgumentError("penalty window must be >= 0");
   return Status::Ok();
 }
@@ -31,7 +36,9 @@ Sampler::Sampler(const SamplerParams& params, int32_t vocab_size)
       candidates_(static_cast<size_t>(vocab_size)),
       counts_(static_cast<size_t>(vocab_size), 0),
       probs_(static_cast<size_t>(vocab_size)) {
-  if (HasPenalties()) work_.reserve(static_cast<size_t>(vocab_size));
+  if (HasPenalties() || !params_.logit_bias.empty()) {
+    work_.reserve(static_cast<size_t>(vocab_size));
+  }
 }
 
 bool Sampler::HasPenalties() const {
@@ -39,7 +46,15 @@ bool Sampler::HasPenalties() const {
          params_.frequency_penalty != 0.0f;
 }
 
+bool Sampler::Adjusts(std::span<const int32_t> recent) const {
+  return !params_.logit_bias.empty() ||
+         (HasPenalties() && params_.penalty_last_n != 0 && !recent.empty());
+}
+
 void Sampler::ApplyPenalties(float* logits, std::span<const int32_t> recent) {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && id < vocab_size_) logits[id] += bias;
+  }
   if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) return;
   const size_t n = std::min(recent.size(), static_cast<size_t>(params_.penalty_last_n));
   const std::span<const int32_t> window = recent.subspan(recent.size() - n);
@@ -63,7 +78,7 @@ int32_t Sampler::Sample(float* logits, std::span<const int32_t> recent) {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> recent) {
-  if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) return Pick(logits.data());
+  if (!Adjusts(recent)) return Pick(logits.data());
   work_.assign(logits.begin(), logits.begin() + vocab_size_);
   ApplyPenalties(work_.data(), recent);
   return Pick(work_.data());
@@ -197,9 +212,7 @@ int32_t Sampler::SampleDraft(float* logits, std::span<const int32_t> recent, int
 
 int32_t Sampler::SampleDraft(std::span<const float> logits, std::span<const int32_t> recent,
                              int32_t draft, std::span<const float> q) {
-  if (!HasPenalties() || params_.penalty_last_n == 0 || recent.empty()) {
-    return PickDraft(logits.data(), draft, q);
-  }
+  if (!Adjusts(recent)) return PickDraft(logits.data(), draft, q);
   work_.assign(logits.begin(), logits.begin() + vocab_size_);
   ApplyPenalties(work_.data(), recent);
   return PickDraft(work_.data(), draft, q);

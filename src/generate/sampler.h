@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/rng.h"
@@ -22,6 +23,10 @@ struct SamplerParams {
   float frequency_penalty = 0.0f;   // subtracted per occurrence
   int32_t penalty_last_n = 64;      // window of recent tokens the penalties look at
   uint64_t seed = 0;                // same seed, same output
+  // Added to the logits of these token ids before the penalties and the chain (OpenAI's
+  // logit_bias: -100 bans a token in practice, +100 all but forces it). Ids outside the
+  // vocabulary are ignored.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   Status Validate() const;
 };
@@ -57,6 +62,8 @@ class Sampler {
     float logit;
   };
   bool HasPenalties() const;
+  // Whether the logits are changed before the chain (penalties that apply, a logit bias).
+  bool Adjusts(std::span<const int32_t> recent) const;
   void ApplyPenalties(float* logits, std::span<const int32_t> recent);
   int32_t Pick(const float* logits);  // the chain after the penalties
   int32_t Argmax(const float* logits) const;

@@ -100,6 +100,35 @@ TEST(SamplerTest, Penalties) {
   EXPECT_FLOAT_EQ(l2[2], 0.0f - 0.25f - 0.5f);
 }
 
+TEST(SamplerTest, LogitBiasOnACopyAndInPlace) {
+  SamplerParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{2, 5.0f}, {0, -100.0f}, {7, 50.0f}};  // 7: outside the vocabulary, ignored
+  Sampler s(p, 3);
+  const std::vector<float> logits = {3.0f, 1.0f, -1.0f};
+  // No recent tokens (no penalties apply): the bias still does, on a copy.
+  EXPECT_EQ(s.Sample(std::span<const float>(logits), {}), 2);  // -1 + 5 = 4 > 3 - 100, 1
+  EXPECT_EQ(logits[2], -1.0f);
+  std::vector<float> in_place = logits;
+  EXPECT_EQ(s.Sample(in_place.data(), {}), 2);
+  EXPECT_FLOAT_EQ(in_place[0], -97.0f);
+  // Sampled at temperature 1: +100 all but forces the token, every seed.
+  SamplerParams q;
+  q.temperature = 1.0f;
+  q.top_k = 0;
+  q.top_p = 1.0f;
+  q.min_p = 0.0f;
+  q.logit_bias = {{1, 100.0f}};
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    q.seed = seed;
+    Sampler t(q, 3);
+    EXPECT_EQ(t.Sample(std::span<const float>(logits), {}), 1);
+  }
+  SamplerParams bad;
+  bad.logit_bias = {{1, NAN}};
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 TEST(SamplerTest, ValidateNamesTheParameter) {
   SamplerParams p;
   p.top_p = 0.0f;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "generate/constraint.h"
@@ -56,12 +57,25 @@ struct GenerateOptions {
   // (a budget never silently cuts a constrained output); true, the partial output with stop
   // reason kMaxTokens (the server: finish_reason "length", as OpenAI answers).
   bool partial_constrained_output = false;
+  // Record each chosen token's log-probability under the model (the log-softmax of its logits:
+  // before temperature, penalties and the constraint) and those of the `logprobs` most likely
+  // tokens (0-20) in GenerateResult::logprobs; -1: nothing recorded. Not with a drafter. Allocates
+  // per token when on.
+  int32_t logprobs = -1;
 };
 
 // One verification pass of speculative decoding.
 struct SpecStep {
   std::vector<int32_t> drafted;  // the drafted tokens verified
   int32_t accepted = 0;          // how many of them were kept
+};
+
+// A chosen token's log-probability and the most likely tokens' at its step (GenerateOptions::
+// logprobs).
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
 };
 
 struct GenerateResult {
@@ -87,6 +101,9 @@ struct GenerateResult {
   int32_t n_plain_steps = 0;         // decode steps taken without a draft (auto, short drafts)
   int64_t draft_us = 0;              // time in the drafter (part of decode_us)
   std::vector<SpecStep> spec_steps;  // with GenerateOptions::record_spec_steps
+  // With GenerateOptions::logprobs >= 0: one entry per chosen token, in order (a final stop token
+  // too, which `tokens` does not keep: there may be one entry more than tokens).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 // Receives each piece of generated text (whole UTF-8 characters); return false to stop.

@@ -21,7 +21,8 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
       stream_(model.tokenizer(), options.stop_strings),
       masked_(masked),
       mask_bits_(mask_bits),
-      ignore_stop_tokens_(options.ignore_stop_tokens && options.constraint == nullptr) {
+      ignore_stop_tokens_(options.ignore_stop_tokens && options.constraint == nullptr),
+      logprobs_(options.drafter == nullptr ? std::min(options.logprobs, 20) : -1) {
   // Room for the whole output up front, so the loop appends without allocating (a token's text
   // is a few bytes; an output that outgrows this grows geometrically, not per token).
   const size_t budget = static_cast<size_t>(std::max(options.max_tokens, 0));
@@ -36,7 +37,33 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
 
 StatusOr<int32_t> TokenStep::Choose(std::span<const float> logits,
                                     std::span<const int32_t> history) {
-  return ChooseWith(logits, [&](auto l) { return sampler_.Sample(l, history); });
+  StatusOr<int32_t> token = ChooseWith(logits, [&](auto l) { return sampler_.Sample(l, history); });
+  if (logprobs_ >= 0 && token.ok() && *token >= 0) RecordLogprobs(logits, *token);
+  return token;
+}
+
+void TokenStep::RecordLogprobs(std::span<const float> logits, int32_t token) {
+  float max = -INFINITY;
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max));
+  const float lse = max + static_cast<float>(std::log(sum));
+  TokenLogprobs entry;
+  entry.token = token;
+  entry.logprob = static_cast<size_t>(token) < logits.size() ? logits[token] - lse : -INFINITY;
+  // The top logprobs_ by a running insertion (k <= 20), ties to the lower id.
+  const size_t k = static_cast<size_t>(logprobs_);
+  std::vector<std::pair<int32_t, float>>& top = entry.top;
+  top.reserve(k + 1);
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    const float l = logits[i];
+    if (top.size() == k && !(l > top.back().second)) continue;
+    auto at = std::find_if(top.begin(), top.end(), [&](const auto& e) { return l > e.second; });
+    top.insert(at, {static_cast<int32_t>(i), l});
+    if (top.size() > k) top.pop_back();
+  }
+  for (auto& e : top) e.second -= lse;
+  result_->logprobs.push_back(std::move(entry));
 }
 
 StatusOr<int32_t> TokenStep::ChooseDraft(std::span<const float> logits,

@@ -58,6 +58,8 @@ class TokenStep {
 
  private:
   void Emit(const std::string& piece);
+  // Appends token's entry to result_->logprobs (log-softmax of `logits`, top logprobs_).
+  void RecordLogprobs(std::span<const float> logits, int32_t token);
   // Choose's body: `pick` samples from logits (the span or a masked copy it may modify).
   template <typename Pick>
   StatusOr<int32_t> ChooseWith(std::span<const float> logits, const Pick& pick);
@@ -75,6 +77,7 @@ class TokenStep {
   std::vector<uint64_t>* mask_bits_;
   bool keep_going_ = true;
   bool ignore_stop_tokens_ = false;  // GenerateOptions::ignore_stop_tokens (no constraint)
+  int32_t logprobs_ = -1;            // GenerateOptions::logprobs (-1 with a drafter)
 };
 
 }  // namespace pocket

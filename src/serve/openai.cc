@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/str.h"
+#include "generate/json_schema.h"
 
 namespace pocket::serve {
 
@@ -166,6 +167,203 @@ std::optional<ApiError> ResponseFormat(const json& body, ConstraintSpec* spec) {
   return std::nullopt;
 }
 
+// Python's json.dumps (", " and ": " separators, keys in the order given, non-ASCII as it is): what
+// the chat template's `tojson` writes for the tools.
+std::string PyJson(const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [k, v] : j.items()) {
+      if (!first) out += ", ";
+      first = false;
+      out += nlohmann::ordered_json(k).dump(-1, ' ', false, json::error_handler_t::replace);
+      out += ": ";
+      out += PyJson(v);
+    }
+    return out + "}";
+  }
+  if (j.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += PyJson(j[i]);
+    }
+    return out + "]";
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. Appends
+// each tool's JSON (as the template writes it) to *rendered.
+std::optional<ApiError> Tools(const json& body, std::string_view body_text, std::vector<Tool>* out,
+                              std::string* rendered) {
+  const auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) return Bad("tools", "'tools' must be an array");
+  if (it->size() > 128) return Bad("tools", "'tools' holds at most 128 tools");
+  // The tools again with their keys in the order the client wrote them (json sorts them).
+  const auto ordered = nlohmann::ordered_json::parse(body_text, nullptr, false);
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string p = StrCat("tools[", i, "]");
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function") {
+      return Bad(p + ".type", StrCat("'", p, ".type' must be 'function'"));
+    }
+    const auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) {
+      return Bad(p + ".function", StrCat("'", p, ".function' must be an object"));
+    }
+    const auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || name->get<std::string>().empty() ||
+        name->get<std::string>().size() > 64) {
+      return Bad(p + ".function.name",
+                 StrCat("'", p, ".function.name' must be a string of 1 to 64 characters"));
+    }
+    for (const Tool& seen : *out) {
+      if (seen.name == name->get<std::string>()) {
+        return Bad(p + ".function.name", StrCat("two tools are named '", seen.name, "'"));
+      }
+    }
+    Tool tool;
+    tool.name = name->get<std::string>();
+    const auto params = f->find("parameters");
+    if (params == f->end() || params->is_null()) {
+      tool.parameters = R"({"type": "object", "properties": {}, "additionalProperties": false})";
+    } else if (!params->is_object()) {
+      return Bad(p + ".function.parameters",
+                 StrCat("'", p, ".function.parameters' must be a JSON Schema object"));
+    } else {
+      tool.parameters = params->dump();
+      StatusOr<std::unique_ptr<Grammar>> compiled = CompileJsonSchema(tool.parameters);
+      if (!compiled.ok()) {
+        return Bad(p + ".function.parameters",
+                   StrCat("'", p, ".function.parameters': ", compiled.status().message()));
+      }
+    }
+    rendered->append("\n");
+    rendered->append(ordered.is_object() ? PyJson(ordered["tools"][i]) : PyJson(t));
+    out->push_back(std::move(tool));
+  }
+  return std::nullopt;
+}
+
+// The schema of a call to one of `tools` (all of them, or the one named `only`).
+std::string ToolCallSchema(const std::vector<Tool>& tools, std::string_view only) {
+  json alts = json::array();
+  for (const Tool& t : tools) {
+    if (!only.empty() && t.name != only) continue;
+    alts.push_back(
+        {{"type", "object"},
+         {"properties", {{"name", {{"const", t.name}}}, {"arguments", json::parse(t.parameters)}}},
+         {"required", {"name", "arguments"}},
+         {"additionalProperties", false}});
+  }
+  return alts.size() == 1 ? alts[0].dump() : json{{"anyOf", std::move(alts)}}.dump();
+}
+
+// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r) {
+  const auto it = body.find("tool_choice");
+  std::string name;
+  if (it == body.end() || it->is_null()) {
+    r->tool_choice = r->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+    if (!r->tools.empty()) r->tool_call_schema = ToolCallSchema(r->tools, "");
+    return std::nullopt;
+  }
+  if (it->is_string()) {
+    const std::string c = it->get<std::string>();
+    if (c == "none") {
+      r->tool_choice = ToolChoice::kNone;
+      return std::nullopt;
+    }
+    if (c == "auto") {
+      r->tool_choice = r->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+      if (!r->tools.empty()) r->tool_call_schema = ToolCallSchema(r->tools, "");
+      return std::nullopt;
+    }
+    if (c != "required") {
+      return Bad("tool_choice", StrCat("'tool_choice' must be 'none', 'auto', 'required' or a "
+                                       "function, got '",
+                                       c, "'"));
+    }
+    r->tool_choice = ToolChoice::kRequired;
+  } else if (it->is_object() && it->contains("function") && (*it)["function"].is_object() &&
+             (*it)["function"].contains("name") && (*it)["function"]["name"].is_string()) {
+    name = (*it)["function"]["name"].get<std::string>();
+    r->tool_choice = ToolChoice::kFunction;
+  } else {
+    return Bad("tool_choice",
+               "'tool_choice' must be a string or {\"type\": \"function\", \"function\": "
+               "{\"name\": ...}}");
+  }
+  if (r->tools.empty()) return Bad("tool_choice", "'tool_choice' asks for a call but no 'tools'");
+  if (!name.empty()) {
+    bool found = false;
+    for (const Tool& t : r->tools) found = found || t.name == name;
+    if (!found) {
+      return Bad("tool_choice",
+                 StrCat("'tool_choice' names '", name, "', which is not in 'tools'"));
+    }
+  }
+  r->tool_call_schema = ToolCallSchema(r->tools, name);
+  return std::nullopt;
+}
+
+// An assistant message's "tool_calls", appended to its content as the template writes them.
+std::optional<ApiError> AssistantToolCalls(const json& m, const std::string& p,
+                                           std::string* content) {
+  const auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return std::nullopt;
+  if (!calls->is_array())
+    return Bad(p + ".tool_calls", StrCat("'", p, ".tool_calls' must be an array"));
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const json& c = (*calls)[i];
+    const std::string q = StrCat(p, ".tool_calls[", i, "]");
+    const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+    if (f == nullptr || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string()) {
+      return Bad(q + ".function", StrCat("'", q, ".function' must be an object with a 'name'"));
+    }
+    std::string arguments = "{}";
+    if (f->contains("arguments")) {
+      const json& a = (*f)["arguments"];
+      if (a.is_string()) {
+        arguments = a.get<std::string>();
+      } else if (a.is_object()) {
+        arguments = PyJson(nlohmann::ordered_json::parse(a.dump()));
+      } else if (!a.is_null()) {
+        return Bad(q + ".function.arguments",
+                   StrCat("'", q, ".function.arguments' must be a string of JSON"));
+      }
+    }
+    if (i > 0 || !content->empty()) content->append("\n");
+    content->append(StrCat("<tool_call>\n{\"name\": \"", (*f)["name"].get<std::string>(),
+                           "\", \"arguments\": ", arguments, "}\n</tool_call>"));
+  }
+  return std::nullopt;
+}
+
+// Reads an optional logprobs request: chat "logprobs" (bool) + "top_logprobs" (0-20); completions
+// "logprobs" (null or 0-5, the number of alternatives).
+std::optional<ApiError> Logprobs(Endpoint endpoint, const json& body, ApiRequest* r) {
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = Boolean(body, "logprobs", &r->logprobs)) return e;
+    int64_t top = 0;
+    bool given = false;
+    if (auto e = Integer(body, "top_logprobs", 0, 20, &top, &given)) return e;
+    if (given && !r->logprobs && top > 0) {
+      return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    r->top_logprobs = static_cast<int32_t>(top);
+    return std::nullopt;
+  }
+  int64_t top = 0;
+  bool given = false;
+  if (auto e = Integer(body, "logprobs", 0, 5, &top, &given)) return e;
+  r->logprobs = given;
+  r->top_logprobs = static_cast<int32_t>(top);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_text,
@@ -203,7 +401,11 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (messages == body.end() || !messages->is_array() || messages->empty()) {
       return Bad("messages", "'messages' is required and must be a non-empty array");
     }
+    std::string tools_json;
+    if (auto e = Tools(body, body_text, &r.tools, &tools_json)) return e;
+    if (auto e = ToolChoiceOf(body, &r)) return e;
     std::vector<ChatMessage> ms;
+    bool after_tool = false;  // the last message was a tool's: its response joins that turn
     for (size_t i = 0; i < messages->size(); ++i) {
       const json& m = (*messages)[i];
       const std::string p = StrCat("messages[", i, "]");
@@ -214,15 +416,45 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
       ChatMessage cm;
       cm.role = m["role"].get<std::string>();
       if (cm.role == "developer") cm.role = "system";
-      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant") {
+      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool") {
         return Bad(p + ".role", StrCat("'", p, ".role' is '", cm.role,
-                                       "'; supported: system, developer, user, assistant"));
+                                       "'; supported: system, developer, user, assistant, tool"));
       }
       if (auto e = Content(m.contains("content") ? m["content"] : json(nullptr), p + ".content",
                            &cm.content)) {
         return e;
       }
+      if (cm.role == "assistant") {
+        if (auto e = AssistantToolCalls(m, p, &cm.content)) return e;
+      }
+      if (cm.role == "tool") {
+        // Qwen's template: consecutive tool responses in one user turn.
+        std::string response = StrCat("<tool_response>\n", cm.content, "\n</tool_response>");
+        if (after_tool) {
+          ms.back().content += "\n" + response;
+        } else {
+          ms.push_back({"user", std::move(response)});
+        }
+        after_tool = true;
+        continue;
+      }
+      after_tool = false;
       ms.push_back(std::move(cm));
+    }
+    if (r.tool_choice != ToolChoice::kNone) {
+      // Qwen's template: the tools after the system prompt (or as the system prompt).
+      std::string block = StrCat(
+          "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+          "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+          tools_json,
+          "\n</tools>\n\nFor each function call, return a json object with function name and "
+          "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+          "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+      if (!ms.empty() && ms.front().role == "system") {
+        ms.front().content += "\n\n" + block;
+      } else {
+        ms.insert(ms.begin(), ChatMessage{"system", std::move(block)});
+      }
     }
     g.messages = std::move(ms);
     const auto kwargs = body.find("chat_template_kwargs");
@@ -300,8 +532,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   g.random_seed = !seeded;
   g.sampling.seed = static_cast<uint64_t>(seed);
   int64_t n = 1;
-  if (auto e = Integer(body, "n", 1, 128, &n)) return e;
-  if (n != 1) return Bad("n", "'n' greater than 1 is not supported yet");
+  if (auto e = Integer(body, "n", 1, limits.max_n, &n)) return e;
+  r.n = static_cast<int32_t>(n);
+  if (auto e = Logprobs(endpoint, body, &r)) return e;
   const auto stop = body.find("stop");
   if (stop != body.end() && !stop->is_null()) {
     if (stop->is_string()) {
@@ -316,16 +549,44 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
       return Bad("stop", "'stop' must be a string or an array of strings");
     }
   }
+  const auto bias = body.find("logit_bias");
+  if (bias != body.end() && !bias->is_null()) {
+    if (!bias->is_object()) {
+      return Bad("logit_bias", "'logit_bias' must be an object of token ids to numbers");
+    }
+    if (bias->size() > 1024) return Bad("logit_bias", "'logit_bias' holds at most 1024 tokens");
+    for (const auto& [key, value] : bias->items()) {
+      int64_t id = -1;
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) id = std::stoll(key);
+      if (!digits || id >= limits.vocab_size) {
+        return Bad("logit_bias", StrCat("'logit_bias' key '", key, "' is not a token id (0 to ",
+                                        limits.vocab_size - 1, ")"));
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+          value.get<double>() < -100.0 || value.get<double>() > 100.0) {
+        return Bad("logit_bias",
+                   StrCat("'logit_bias[\"", key, "\"]' must be a number from -100 to 100"));
+      }
+      g.sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
+                                         static_cast<float>(value.get<double>()));
+    }
+  }
   if (auto e = ResponseFormat(body, &g.constraint)) return e;
+  if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kFunction) {
+    if (!g.constraint.empty()) {
+      return Bad("response_format",
+                 "'response_format' cannot be combined with a 'tool_choice' that forces a call");
+    }
+    // The turn starts the call (no thinking first); its JSON is constrained to the tools.
+    g.constraint.json_schema = r.tool_call_schema;
+    g.chat.enable_thinking = false;
+    r.assistant_prefix = StrCat(kToolCallOpen, "\n");
+  }
   const auto user = body.find("user");
   if (user != body.end() && !user->is_null() && !user->is_string()) {
     return Bad("user", "'user' must be a string");
-  }
-  for (const char* unsupported : {"tools", "logprobs", "top_logprobs"}) {
-    const auto it = body.find(unsupported);
-    if (it == body.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
-    if (it->is_array() && it->empty()) continue;
-    return Bad(unsupported, StrCat("'", unsupported, "' is not supported yet"));
   }
   *out = std::move(r);
   return std::nullopt;
@@ -369,35 +630,123 @@ std::string Event(const json& j) {
   return StrCat("data: ", Dump(j), "\n\n");
 }
 
+// A token's bytes as OpenAI gives them: "bytes" (the UTF-8 bytes as integers) beside the text.
+json Bytes(std::string_view token) {
+  json b = json::array();
+  for (char c : token) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return b;
+}
+
+// OpenAI writes -9999 for a probability that underflows.
+double Finite(float lp) {
+  return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprob>& lps, size_t text_offset) {
+  if (endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprob& t : lps) {
+      json top = json::array();
+      for (const auto& [tok, lp] : t.top) {
+        top.push_back({{"token", tok}, {"logprob", Finite(lp)}, {"bytes", Bytes(tok)}});
+      }
+      content.push_back({{"token", t.token},
+                         {"logprob", Finite(t.logprob)},
+                         {"bytes", Bytes(t.token)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = text_offset;
+  for (const TokenLogprob& t : lps) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(Finite(t.logprob));
+    json alts = json::object();
+    for (const auto& [tok, lp] : t.top) alts[tok] = Finite(lp);
+    top.push_back(std::move(alts));
+    offsets.push_back(offset);
+    offset += t.token.size();
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string CompletionJson(Endpoint endpoint, const ResponseIds& ids, const GenerateResult& r,
-                           const Usage& usage) {
-  json j = Head(endpoint, ids, false);
-  json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(r.stop_reason)}};
-  if (endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
-  } else {
-    choice["text"] = r.text;
+std::optional<ToolCall> ParseToolCall(std::string_view json_text, std::string id) {
+  const json j = json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
+      !j.contains("arguments") || !j["arguments"].is_object()) {
+    return std::nullopt;
   }
-  j["choices"] = json::array({std::move(choice)});
+  ToolCall c;
+  c.id = std::move(id);
+  c.name = j["name"].get<std::string>();
+  // The arguments as the model wrote them (its key order), compact.
+  const auto ordered = nlohmann::ordered_json::parse(json_text, nullptr, false);
+  c.arguments = ordered.is_object() && ordered.contains("arguments")
+                    ? ordered["arguments"].dump(-1, ' ', false, json::error_handler_t::replace)
+                    : Dump(j["arguments"]);
+  return c;
+}
+
+std::string CompletionJson(Endpoint endpoint, const ResponseIds& ids,
+                           const std::vector<Choice>& choices, const Usage& usage) {
+  json j = Head(endpoint, ids, false);
+  json out = json::array();
+  for (const Choice& c : choices) {
+    json choice = {{"index", c.index},
+                   {"logprobs", c.with_logprobs ? LogprobsJson(endpoint, c.logprobs, 0) : json()},
+                   {"finish_reason", c.finish_reason}};
+    if (endpoint == Endpoint::kChat) {
+      json message = {{"role", "assistant"},
+                      {"content", c.null_content ? json() : json(c.text)},
+                      {"refusal", nullptr}};
+      if (!c.tool_calls.empty()) message["tool_calls"] = ToolCallsJson(c.tool_calls, false);
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.text;
+    }
+    out.push_back(std::move(choice));
+  }
+  j["choices"] = std::move(out);
   j["usage"] = UsageJson(usage);
   return Dump(j);
 }
 
-std::string StreamRoleEvent(const ResponseIds& ids) {
+std::string StreamRoleEvent(const ResponseIds& ids, int32_t index) {
   json j = Head(Endpoint::kChat, ids, true);
-  j["choices"] = json::array({{{"index", 0},
+  j["choices"] = json::array({{{"index", index},
                                {"delta", {{"role", "assistant"}, {"content", ""}}},
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
   return Event(j);
 }
 
-std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, std::string_view text) {
+std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
+                            std::string_view text, const std::vector<TokenLogprob>* logprobs) {
   json j = Head(endpoint, ids, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  json choice = {{"index", index},
+                 {"logprobs", logprobs != nullptr ? LogprobsJson(endpoint, *logprobs, 0) : json()},
+                 {"finish_reason", nullptr}};
   if (endpoint == Endpoint::kChat) {
     choice["delta"] = {{"content", std::string(text)}};
   } else {
@@ -407,9 +756,20 @@ std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, std::stri
   return Event(j);
 }
 
-std::string StreamFinishEvent(Endpoint endpoint, const ResponseIds& ids, StopReason reason) {
+std::string StreamToolCallsEvent(const ResponseIds& ids, int32_t index,
+                                 const std::vector<ToolCall>& calls) {
+  json j = Head(Endpoint::kChat, ids, true);
+  j["choices"] = json::array({{{"index", index},
+                               {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  return Event(j);
+}
+
+std::string StreamFinishEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
+                              std::string_view finish_reason) {
   json j = Head(endpoint, ids, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReason(reason)}};
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
   if (endpoint == Endpoint::kChat) {
     choice["delta"] = json::object();
   } else {

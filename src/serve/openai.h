@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "runtime/generate_types.h"
 #include "runtime/request.h"
@@ -30,8 +32,23 @@ ApiError ErrorFromStatus(const Status& status, std::string_view param = {});
 enum class Endpoint { kChat, kCompletion };
 
 struct ApiLimits {
-  int32_t max_tokens = 4096;  // the most a request may ask for (and the default of chat)
-  int32_t n_ctx = 4096;       // the sessions' context: a prompt + max_tokens beyond it is a 400
+  int32_t max_tokens = 4096;     // the most a request may ask for (and the default of chat)
+  int32_t n_ctx = 4096;          // the sessions' context: a prompt + max_tokens beyond it is a 400
+  int32_t max_n = 1;             // choices per request at most (the server's --parallel)
+  int32_t vocab_size = 1 << 30;  // logit_bias keys are token ids below it
+};
+
+// A function the model may call (chat "tools"): its name and its parameters' JSON Schema.
+struct Tool {
+  std::string name;
+  std::string parameters;  // JSON Schema text ("{}" when the tool gives none)
+};
+
+enum class ToolChoice {
+  kNone,      // no tools offered to the model (none given, or tool_choice "none")
+  kAuto,      // the model may answer or call: a call it starts is constrained to the tools
+  kRequired,  // the model must call one of the tools
+  kFunction,  // the model must call tool_choice.function.name
 };
 
 struct ApiRequest {
@@ -43,7 +60,24 @@ struct ApiRequest {
   bool include_usage = false;  // stream_options.include_usage
   // llama.cpp's server extension: generate through end-of-text tokens (benchmarks, tests).
   bool ignore_eos = false;
+  // Tools, rendered into the system prompt in Qwen's (Hermes) format; a call is
+  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>.
+  std::vector<Tool> tools;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  // The JSON Schema a call matches: {"name": const, "arguments": the tool's parameters} for each
+  // tool the choice allows (anyOf). With kRequired / kFunction it is generate.constraint.
+  std::string tool_call_schema;
+  // Text the assistant's turn starts with, after the chat template's generation prompt (a forced
+  // call: "<tool_call>\n", control tokens recognised).
+  std::string assistant_prefix;
+  // logprobs / top_logprobs: the chosen tokens' log-probabilities and the top alternatives (0-20).
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  int32_t n = 1;  // choices (each its own request, seeds seed, seed + 1, ...)
 };
+
+// The text that opens a tool call in the model's output (Qwen's format).
+inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 
 // Parses a /v1/chat/completions or /v1/completions body. Unknown fields are ignored; a known field
 // with a wrong type or value is a 400 naming it; a model other than `served_model` is a 404.
@@ -53,6 +87,33 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
 
 // "stop" for an end of text or a stop string, "length" for a token budget or a full context.
 std::string_view FinishReason(StopReason reason);
+
+struct ToolCall {
+  std::string id;  // call_...
+  std::string name;
+  std::string arguments;  // JSON text of an object
+};
+// A generated call, {"name": ..., "arguments": {...}} (the text between <tool_call>\n and the end
+// of the JSON value), with `id`; nullopt when it is not one.
+std::optional<ToolCall> ParseToolCall(std::string_view json_text, std::string id);
+
+// One token's log-probability and, with top_logprobs, the most likely alternatives at its step.
+struct TokenLogprob {
+  std::string token;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// One choice of a response.
+struct Choice {
+  int32_t index = 0;
+  std::string text;
+  bool null_content = false;  // chat: "content": null (a message of tool calls)
+  std::vector<ToolCall> tool_calls;
+  std::string_view finish_reason = "stop";
+  bool with_logprobs = false;
+  std::vector<TokenLogprob> logprobs;
+};
 
 struct ResponseIds {
   std::string id;  // chatcmpl-... or cmpl-...
@@ -68,13 +129,18 @@ struct Usage {
 Usage UsageOf(const GenerateResult& r, size_t prompt_tokens);
 
 // A whole (non-streamed) response.
-std::string CompletionJson(Endpoint endpoint, const ResponseIds& ids, const GenerateResult& r,
-                           const Usage& usage);
-// One "data: {...}\n\n" event of a stream: the first (chat: the role), a piece of text, the last
-// (its finish reason), and the usage (empty choices).
-std::string StreamRoleEvent(const ResponseIds& ids);
-std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, std::string_view text);
-std::string StreamFinishEvent(Endpoint endpoint, const ResponseIds& ids, StopReason reason);
+std::string CompletionJson(Endpoint endpoint, const ResponseIds& ids,
+                           const std::vector<Choice>& choices, const Usage& usage);
+// One "data: {...}\n\n" event of a stream, for choice `index`: the first (chat: the role), a piece
+// of text (with its tokens' log-probabilities when asked), a message's tool calls, the last (its
+// finish reason), and the usage (empty choices).
+std::string StreamRoleEvent(const ResponseIds& ids, int32_t index);
+std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
+                            std::string_view text, const std::vector<TokenLogprob>* logprobs);
+std::string StreamToolCallsEvent(const ResponseIds& ids, int32_t index,
+                                 const std::vector<ToolCall>& calls);
+std::string StreamFinishEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
+                              std::string_view finish_reason);
 std::string StreamUsageEvent(Endpoint endpoint, const ResponseIds& ids, const Usage& usage);
 inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
 

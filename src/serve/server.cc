@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -25,50 +26,136 @@ namespace {
 
 using nlohmann::json;
 
-// One request between its HTTP thread and the scheduler.
+// One request (one choice of a response) between its HTTP thread and the scheduler.
 struct Job {
   std::string id;  // the response's id (chatcmpl-..., cmpl-...)
   PreparedRequest prepared;
+  // tool_choice "auto": the model's output is watched for kToolCallOpen; when it opens a call, the
+  // request stops there and continues from "<tool_call>\n" with `call` (its options constrain the
+  // call's JSON to the tools). Streamed text holds back what may be the start of kToolCallOpen.
+  std::optional<PreparedRequest> call;
+  bool forced_call = false;  // required / a named function: the whole output is the call's JSON
   std::mutex mu;
   std::condition_variable cv;
   std::string pending;  // streamed text the HTTP thread has not sent yet
   bool finished = false;
   Status status;
-  GenerateResult result;
+  GenerateResult result;               // the request's (auto: until the call opened)
+  bool call_opened = false;            // auto: the model wrote kToolCallOpen
+  std::string content;                 // auto: the text before the call
+  GenerateResult call_result;          // auto: the call's JSON
   std::atomic<bool> cancelled{false};  // the client went away
+  // The scheduler thread's own: all text so far and how much of it was handed to `pending`.
+  std::string seen;
+  size_t streamed = 0;
 };
 
-void FinishJob(Job& job, Status status, GenerateResult result) {
+void FinishJob(Job& job, Status status) {
   std::lock_guard<std::mutex> lock(job.mu);
   job.status = std::move(status);
-  job.result = std::move(result);
   job.finished = true;
   job.cv.notify_all();
 }
+
+// How many trailing bytes of `text` could begin `marker` (held back from the stream).
+size_t PartialMarker(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+// What /metrics reports (Prometheus text format). Counters only grow; the scheduler thread writes
+// the engine's figures, HTTP threads count responses.
+struct Metrics {
+  std::atomic<int64_t> prompt_tokens{0};     // prompt tokens of finished requests
+  std::atomic<int64_t> cached_tokens{0};     // of them, reused (session context or prefix cache)
+  std::atomic<int64_t> generated_tokens{0};  // tokens of finished requests' completions
+  std::atomic<int64_t> decode_rows{0};       // decode rows evaluated (one token each), live
+  std::atomic<int64_t> prefill_rows{0};      // prompt rows evaluated, live
+  std::atomic<int64_t> steps{0};             // engine steps (forward passes)
+  std::atomic<int64_t> drafted_tokens{0};
+  std::atomic<int64_t> accepted_draft_tokens{0};
+  std::atomic<int64_t> cancelled{0};  // requests whose client went away
+  std::atomic<int32_t> running{0};
+  std::atomic<int64_t> kv_bytes{0};  // KV pages held by the sessions and the prefix cache
+  std::atomic<int64_t> prefix_lookups{0};
+  std::atomic<int64_t> prefix_hits{0};
+  std::atomic<int64_t> prefix_hit_tokens{0};
+  std::atomic<int64_t> swaps_out{0};
+  std::atomic<int64_t> swaps_in{0};
+
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, int64_t> responses;  // (path, HTTP status) -> count
+  // (seconds since start, decode_rows) at most every 250 ms over the last 10 s: tokens/s.
+  std::deque<std::pair<double, int64_t>> rate_samples;
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  // Paths outside the API count as "other" (a scanner's random paths add no label values).
+  void CountResponse(const std::string& path, int status) {
+    static constexpr std::string_view kPaths[] = {
+        "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/score",
+        "/v1/classify",         "/health",         "/metrics",   "/tokenize",
+        "/detokenize"};
+    std::string label = "other";
+    for (std::string_view p : kPaths) {
+      if (path == p) label = p;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++responses[{std::move(label), status}];
+  }
+  void SampleRate() {
+    const double now = Now();
+    std::lock_guard<std::mutex> lock(mu);
+    if (!rate_samples.empty() && now - rate_samples.back().first < 0.25) return;
+    rate_samples.emplace_back(now, decode_rows.load());
+    while (rate_samples.size() > 2 && now - rate_samples.front().first > 10.0) {
+      rate_samples.pop_front();
+    }
+  }
+  // Decode tokens per second over the last 10 s (0 when nothing ran in the last second).
+  double TokensPerSecond() {
+    const double now = Now();
+    std::lock_guard<std::mutex> lock(mu);
+    if (rate_samples.size() < 2 || now - rate_samples.back().first > 1.0) return 0.0;
+    const auto& [t0, n0] = rate_samples.front();
+    const auto& [t1, n1] = rate_samples.back();
+    return t1 > t0 ? static_cast<double>(n1 - n0) / (t1 - t0) : 0.0;
+  }
+};
 
 // Owns the engine and the sessions; one thread admits, steps and finishes requests.
 class Scheduler {
  public:
   Scheduler(std::unique_ptr<Engine> engine, std::vector<std::unique_ptr<Session>> sessions,
-            int32_t queue_limit, std::function<void(std::string_view)> log)
+            std::shared_ptr<PrefixCache> cache, int32_t queue_limit,
+            std::function<void(std::string_view)> log, Metrics* metrics,
+            std::shared_ptr<const Model> model)
       : engine_(std::move(engine)),
+        engine_model_(std::move(model)),
         sessions_(std::move(sessions)),
+        cache_(std::move(cache)),
         queue_limit_(queue_limit),
-        log_(std::move(log)) {
+        log_(std::move(log)),
+        metrics_(metrics) {
     for (auto& s : sessions_) free_.push_back(s.get());
     thread_ = std::thread([this] { Loop(); });
   }
   ~Scheduler() { Stop(); }
 
-  // Queues a prepared job; ResourceExhausted when the queue is full or the server stops.
-  Status Enqueue(const std::shared_ptr<Job>& job) {
+  // Queues a response's jobs (all or none); ResourceExhausted when the queue is full or the
+  // server stops.
+  Status Enqueue(const std::vector<std::shared_ptr<Job>>& jobs) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return ResourceExhaustedError("the server is shutting down");
-    if (static_cast<int32_t>(queue_.size()) >= queue_limit_) {
+    if (queue_.size() + jobs.size() > static_cast<size_t>(queue_limit_) + free_.size()) {
       return ResourceExhaustedError("the request queue is full (", queue_limit_,
                                     " requests waiting)");
     }
-    queue_.push_back(job);
+    for (const auto& job : jobs) queue_.push_back(job);
     cv_.notify_one();
     return Status::Ok();
   }
@@ -104,7 +191,7 @@ class Scheduler {
         stopping = stopping_;
         if (stopping) {
           for (auto& job : queue_) {
-            FinishJob(*job, ResourceExhaustedError("the server is shutting down"), {});
+            FinishJob(*job, ResourceExhaustedError("the server is shutting down"));
           }
           queue_.clear();
         }
@@ -116,23 +203,14 @@ class Scheduler {
       }
       for (auto& [job, session] : admitted) {
         if (job->cancelled.load()) {
-          GenerateResult r;
-          r.stop_reason = StopReason::kCancelled;
-          FinishJob(*job, Status::Ok(), std::move(r));
+          job->result.stop_reason = StopReason::kCancelled;
+          FinishJob(*job, Status::Ok());
           Release(session);
           continue;
         }
-        std::shared_ptr<Job> j = job;
-        StreamCallback on_text = [j](std::string_view piece) {
-          std::lock_guard<std::mutex> lock(j->mu);
-          j->pending.append(piece);
-          j->cv.notify_all();
-          return !j->cancelled.load();
-        };
-        StatusOr<int64_t> id = engine_->Submit(session, job->prepared.prompt.ids,
-                                               job->prepared.options, std::move(on_text));
+        StatusOr<int64_t> id = Submit(*job, session);
         if (!id.ok()) {
-          FinishJob(*job, id.status(), {});
+          FinishJob(*job, id.status());
           Release(session);
           continue;
         }
@@ -148,6 +226,10 @@ class Scheduler {
       }
       const StatusOr<int32_t> active = engine_->Step();
       static_cast<void>(active);  // Step fails only when called from a stream callback
+      metrics_->steps.fetch_add(1);
+      metrics_->decode_rows.fetch_add(engine_->last_decode_rows());
+      metrics_->prefill_rows.fetch_add(engine_->last_rows() - engine_->last_decode_rows());
+      metrics_->SampleRate();
       for (size_t i = 0; i < running_.size();) {
         Running& r = running_[i];
         if (!engine_->done(r.id)) {
@@ -155,25 +237,139 @@ class Scheduler {
           continue;
         }
         StatusOr<GenerateResult> result = engine_->Take(r.id);
+        Job& job = *r.job;
+        if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
+            result->stop_reason == StopReason::kCallback) {
+          // The model opened a tool call: continue on the same session (its context reused)
+          // from the text before it and "<tool_call>\n", the call constrained to the tools.
+          job.call_opened = true;
+          job.result = std::move(*result);
+          StatusOr<int64_t> id = SubmitCall(job, r.session);
+          if (id.ok()) {
+            r.id = *id;
+            ++i;
+            continue;
+          }
+          result = id.status();
+        }
         if (log_) {
-          log_(result.ok()
-                   ? StrCat(r.job->id, ": ", r.job->prepared.prompt.ids.size(), " prompt tokens (",
-                            result->n_reused_tokens, " reused), ", result->tokens.size(),
-                            " generated, ",
-                            r.job->cancelled.load() ? std::string_view("the client went away")
-                                                    : StopReasonName(result->stop_reason),
-                            ", ", (result->prefill_us + result->decode_us) / 1000, " ms")
-                   : StrCat(r.job->id, ": error: ", result.status().message()));
+          const GenerateResult& last = job.call_opened && result.ok() ? *result : job.result;
+          log_(
+              result.ok()
+                  ? StrCat(job.id, ": ", job.prepared.prompt.ids.size(), " prompt tokens (",
+                           (job.call_opened ? job.result : *result).n_reused_tokens, " reused), ",
+                           (job.call_opened ? job.result.tokens.size() : 0) + result->tokens.size(),
+                           " generated, ",
+                           job.cancelled.load() ? std::string_view("the client went away")
+                                                : StopReasonName(result->stop_reason),
+                           job.call_opened ? " (a tool call)" : "", ", ",
+                           (last.prefill_us + last.decode_us) / 1000, " ms")
+                  : StrCat(job.id, ": error: ", result.status().message()));
         }
         if (result.ok()) {
-          FinishJob(*r.job, Status::Ok(), std::move(*result));
+          const GenerateResult& first = job.call_opened ? job.result : *result;
+          metrics_->prompt_tokens.fetch_add(static_cast<int64_t>(job.prepared.prompt.ids.size()));
+          metrics_->cached_tokens.fetch_add(first.n_reused_tokens);
+          metrics_->generated_tokens.fetch_add(static_cast<int64_t>(
+              result->tokens.size() + (job.call_opened ? job.result.tokens.size() : 0)));
+          metrics_->drafted_tokens.fetch_add(result->n_drafted);
+          metrics_->accepted_draft_tokens.fetch_add(result->n_draft_accepted);
+          if (job.cancelled.load()) metrics_->cancelled.fetch_add(1);
+          {
+            std::lock_guard<std::mutex> lock(job.mu);
+            if (job.call_opened) {
+              job.call_result = std::move(*result);
+            } else {
+              job.result = std::move(*result);
+              // Auto tools: the text held back was not the start of a call after all.
+              if (job.call.has_value() && job.streamed < job.seen.size()) {
+                job.pending.append(job.seen, job.streamed);
+                job.streamed = job.seen.size();
+              }
+            }
+          }
+          FinishJob(job, Status::Ok());
         } else {
-          FinishJob(*r.job, result.status(), {});
+          FinishJob(job, result.status());
         }
         Release(r.session);
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
       }
+      PublishMemory();
     }
+  }
+
+  // The KV bytes held (each session's private pages, the prefix cache's entries: a page shared by
+  // a session and the cache counted once) and the cache's and swaps' counters, for /metrics.
+  void PublishMemory() {
+    size_t kv = 0;
+    for (const auto& s : sessions_) kv += s->kv_bytes() - s->kv_shared_bytes();
+    const PrefixCacheStats ps = cache_->stats();
+    kv += ps.bytes;
+    metrics_->kv_bytes.store(static_cast<int64_t>(kv));
+    metrics_->prefix_lookups.store(ps.lookups);
+    metrics_->prefix_hits.store(ps.hits);
+    metrics_->prefix_hit_tokens.store(ps.hit_tokens);
+    const EngineStats es = engine_->stats();
+    metrics_->swaps_out.store(es.swaps_out);
+    metrics_->swaps_in.store(es.swaps_in);
+    metrics_->running.store(static_cast<int32_t>(running_.size()));
+  }
+
+  // Starts `job` on `session`: its text streamed (auto tools: watched for a call; a forced call:
+  // not streamed, the response carries it whole).
+  StatusOr<int64_t> Submit(Job& job, Session* session) {
+    Job* j = &job;
+    StreamCallback on_text;
+    if (job.forced_call) {
+      on_text = [j](std::string_view) { return !j->cancelled.load(); };
+    } else if (job.call.has_value()) {
+      on_text = [j](std::string_view piece) {
+        j->seen.append(piece);
+        const size_t open = j->seen.find(kToolCallOpen, j->streamed);
+        const size_t end = open != std::string::npos
+                               ? open
+                               : j->seen.size() - PartialMarker(j->seen, kToolCallOpen);
+        std::lock_guard<std::mutex> lock(j->mu);
+        if (end > j->streamed) {
+          j->pending.append(j->seen, j->streamed, end - j->streamed);
+          j->streamed = end;
+          j->cv.notify_all();
+        }
+        if (open != std::string::npos) {
+          j->content = j->seen.substr(0, open);
+          return false;
+        }
+        return !j->cancelled.load();
+      };
+    } else {
+      on_text = [j](std::string_view piece) {
+        std::lock_guard<std::mutex> lock(j->mu);
+        j->pending.append(piece);
+        j->cv.notify_all();
+        return !j->cancelled.load();
+      };
+    }
+    return engine_->Submit(session, job.prepared.prompt.ids, job.prepared.options,
+                           std::move(on_text));
+  }
+
+  // Auto tools: the call's continuation (the prompt, the text before the call, kToolCallOpen and
+  // a newline; the rest of the budget).
+  StatusOr<int64_t> SubmitCall(Job& job, Session* session) {
+    const Tokenizer* tok = engine_model_->tokenizer();
+    EncodeOptions eo;
+    eo.parse_special = true;  // the call marker is the model's token where it has one
+    POCKET_ASSIGN_OR_RETURN(std::vector<int32_t> more,
+                            tok->Encode(StrCat(job.content, kToolCallOpen, "\n"), eo));
+    std::vector<int32_t> ids = job.prepared.prompt.ids;
+    ids.insert(ids.end(), more.begin(), more.end());
+    GenerateOptions& options = job.call->options;
+    const int32_t used = static_cast<int32_t>(job.result.tokens.size());
+    options.max_tokens = std::max(1, job.prepared.options.max_tokens - used);
+    Job* j = &job;
+    return engine_->Submit(session, ids, options,
+                           [j](std::string_view) { return !j->cancelled.load(); });
   }
 
   void Release(Session* s) {
@@ -182,9 +378,12 @@ class Scheduler {
   }
 
   std::unique_ptr<Engine> engine_;
+  std::shared_ptr<const Model> engine_model_;
   std::vector<std::unique_ptr<Session>> sessions_;
+  std::shared_ptr<PrefixCache> cache_;
   const int32_t queue_limit_;
   std::function<void(std::string_view)> log_;
+  Metrics* metrics_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
@@ -217,6 +416,7 @@ void SendError(httplib::Response& res, const ApiError& e) {
 struct Server::Impl {
   std::shared_ptr<const Model> model;
   ServeOptions options;
+  Metrics metrics;  // before the scheduler, which writes it until it ends
   std::unique_ptr<Scheduler> scheduler;
   httplib::Server http;
   std::mt19937_64 ids_rng{std::random_device{}()};
@@ -249,18 +449,107 @@ struct Server::Impl {
     return ok;
   }
 
+  // A choice of the response from its finished job: text, tool calls, finish reason, logprobs.
+  Choice ChoiceOf(const ApiRequest& api, Job& job, int32_t index) {
+    Choice c;
+    c.index = index;
+    const Tokenizer* tok = model->tokenizer();
+    if (api.logprobs) {
+      c.with_logprobs = true;
+      // One entry per kept token (a final stop token has one too: dropped).
+      const size_t n = std::min(job.result.logprobs.size(), job.result.tokens.size());
+      for (size_t i = 0; i < n; ++i) {
+        const TokenLogprobs& e = job.result.logprobs[i];
+        TokenLogprob t;
+        t.token = std::string(tok->TokenBytes(e.token));
+        t.logprob = e.logprob;
+        for (const auto& [id, lp] : e.top) t.top.emplace_back(tok->TokenBytes(id), lp);
+        c.logprobs.push_back(std::move(t));
+      }
+    }
+    if (job.forced_call || job.call_opened) {
+      const GenerateResult& call = job.forced_call ? job.result : job.call_result;
+      std::optional<ToolCall> parsed = call.stop_reason == StopReason::kEos
+                                           ? ParseToolCall(call.text, NewId("call_"))
+                                           : std::nullopt;
+      const std::string before = job.forced_call ? std::string() : job.content;
+      if (parsed.has_value()) {
+        c.text = before;
+        while (!c.text.empty() && std::isspace(static_cast<unsigned char>(c.text.back()))) {
+          c.text.pop_back();
+        }
+        c.null_content = c.text.empty();
+        c.tool_calls.push_back(std::move(*parsed));
+        c.finish_reason = "tool_calls";
+        return c;
+      }
+      // The budget ran out inside the call (or the client left): the text as it is.
+      c.text = StrCat(before, job.forced_call ? "" : StrCat(kToolCallOpen, "\n"), call.text);
+      c.finish_reason = FinishReason(call.stop_reason);
+      return c;
+    }
+    c.text = job.result.text;
+    c.finish_reason = FinishReason(job.result.stop_reason);
+    return c;
+  }
+
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
     ApiLimits limits;
     limits.max_tokens = options.max_tokens;
     limits.n_ctx = options.n_ctx;
+    limits.max_n = options.parallel;
+    limits.vocab_size = model->tokenizer()->vocab_size();
     ApiRequest api;
     if (auto e = ParseRequest(endpoint, req.body, options.model_name, limits, &api)) {
       return SendError(res, *e);
     }
-    StatusOr<PreparedRequest> prepared = PrepareRequest(*model, api.generate);
-    if (!prepared.ok()) return SendError(res, ErrorFromStatus(prepared.status()));
-    const size_t n_prompt = prepared->prompt.ids.size();
+    // The n choices: requests of their own, seeds seed, seed + 1, ... (or each drawn).
+    std::vector<std::shared_ptr<Job>> jobs;
+    ResponseIds ids;
+    ids.id = NewId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+    ids.created = static_cast<int64_t>(std::time(nullptr));
+    ids.model = options.model_name;
+    for (int32_t i = 0; i < api.n; ++i) {
+      GenerateRequest g = api.generate;
+      g.sampling.seed += static_cast<uint64_t>(i);
+      StatusOr<PreparedRequest> prepared = PrepareRequest(*model, g);
+      if (!prepared.ok()) {
+        return SendError(
+            res, ErrorFromStatus(prepared.status(), api.tool_choice == ToolChoice::kRequired ||
+                                                            api.tool_choice == ToolChoice::kFunction
+                                                        ? "tools"
+                                                        : ""));
+      }
+      auto job = std::make_shared<Job>();
+      job->id = ids.id;
+      job->prepared = std::move(*prepared);
+      if (!api.assistant_prefix.empty()) {
+        EncodeOptions eo;
+        eo.parse_special = true;
+        StatusOr<std::vector<int32_t>> more = model->tokenizer()->Encode(api.assistant_prefix, eo);
+        if (!more.ok()) return SendError(res, ErrorFromStatus(more.status()));
+        job->prepared.prompt.ids.insert(job->prepared.prompt.ids.end(), more->begin(), more->end());
+      }
+      job->forced_call =
+          api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kFunction;
+      if (api.tool_choice == ToolChoice::kAuto) {
+        GenerateRequest call = g;
+        call.constraint = {};
+        call.constraint.json_schema = api.tool_call_schema;
+        call.stop.clear();
+        StatusOr<PreparedRequest> p = PrepareRequest(*model, call);
+        if (!p.ok()) return SendError(res, ErrorFromStatus(p.status(), "tools"));
+        p->options.partial_constrained_output = true;
+        job->call = std::move(*p);
+      }
+      // A budget that ends a constrained output early: finish_reason "length" (OpenAI's answer).
+      job->prepared.options.partial_constrained_output = true;
+      job->prepared.options.ignore_stop_tokens = api.ignore_eos;
+      job->prepared.options.logprobs = api.logprobs ? api.top_logprobs : -1;
+      jobs.push_back(std::move(job));
+    }
+    const size_t n_prompt = jobs.front()->prepared.prompt.ids.size();
     const size_t n_ctx = static_cast<size_t>(options.n_ctx);
     if (n_prompt >= n_ctx) {
       ApiError e;
@@ -278,89 +567,200 @@ struct Server::Impl {
                          api.generate.max_tokens, ": more than the context of ", n_ctx, " tokens");
       return SendError(res, e);
     }
-    ResponseIds ids;
-    ids.id = NewId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
-    ids.created = static_cast<int64_t>(std::time(nullptr));
-    ids.model = options.model_name;
-    auto job = std::make_shared<Job>();
-    job->id = ids.id;
-    job->prepared = std::move(*prepared);
-    // A budget that ends a constrained output early: finish_reason "length" (OpenAI's answer).
-    job->prepared.options.partial_constrained_output = true;
-    job->prepared.options.ignore_stop_tokens = api.ignore_eos;
-    if (Status q = scheduler->Enqueue(job); !q.ok()) return SendError(res, ErrorFromStatus(q));
+    if (Status q = scheduler->Enqueue(jobs); !q.ok()) return SendError(res, ErrorFromStatus(q));
     if (!api.stream) {
-      std::unique_lock<std::mutex> lock(job->mu);
-      job->cv.wait(lock, [&] { return job->finished; });
-      if (!job->status.ok()) return SendError(res, ErrorFromStatus(job->status));
-      res.set_content(CompletionJson(endpoint, ids, job->result, UsageOf(job->result, n_prompt)),
-                      "application/json");
+      std::vector<Choice> choices;
+      Usage usage;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        Job& job = *jobs[i];
+        {
+          std::unique_lock<std::mutex> lock(job.mu);
+          job.cv.wait(lock, [&] { return job.finished; });
+        }
+        if (!job.status.ok()) {
+          for (auto& other : jobs) other->cancelled.store(true);
+          scheduler->Wake();
+          return SendError(res, ErrorFromStatus(job.status));
+        }
+        choices.push_back(ChoiceOf(api, job, static_cast<int32_t>(i)));
+        const Usage u = UsageOf(job.result, n_prompt);
+        if (i == 0) usage = u;
+        if (i > 0) usage.completion_tokens += u.completion_tokens;
+        usage.completion_tokens += static_cast<int32_t>(job.call_result.tokens.size());
+      }
+      res.set_content(CompletionJson(endpoint, ids, choices, usage), "application/json");
       return;
     }
-    // Streaming: the provider runs on this connection's thread until the job ends or the client
-    // goes away (a write fails: the job is cancelled, the scheduler stops it within a step).
+    // Streaming: the provider runs on this connection's thread until the jobs end or the client
+    // goes away (a write fails: the jobs are cancelled, the scheduler stops them within a step).
     res.set_header("Cache-Control", "no-cache");
     struct StreamState {
       bool started = false;
-      bool done = false;
+      std::vector<bool> done;  // each choice's finish event sent
+      Usage usage;
     };
     auto state = std::make_shared<StreamState>();
+    state->done.assign(jobs.size(), false);
     Scheduler* sched = scheduler.get();
-    const bool include_usage = api.include_usage;
+    auto api_shared = std::make_shared<ApiRequest>(std::move(api));
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, state, ids, endpoint, include_usage, n_prompt, sched](size_t,
-                                                                    httplib::DataSink& sink) {
+        [this, jobs, state, ids, endpoint, n_prompt, sched, api_shared](size_t,
+                                                                        httplib::DataSink& sink) {
+          const ApiRequest& request = *api_shared;
+          auto cancel_all = [&] {
+            for (auto& job : jobs) job->cancelled.store(true);
+            sched->Wake();
+          };
           auto write = [&](const std::string& s) {
             if (sink.write(s.data(), s.size())) return true;
-            job->cancelled.store(true);
-            sched->Wake();
+            cancel_all();
             return false;
           };
           if (!state->started) {
             state->started = true;
-            if (endpoint == Endpoint::kChat && !write(StreamRoleEvent(ids))) return false;
+            if (endpoint == Endpoint::kChat) {
+              for (size_t i = 0; i < jobs.size(); ++i) {
+                if (!write(StreamRoleEvent(ids, static_cast<int32_t>(i)))) return false;
+              }
+            }
           }
-          std::string text;
-          bool finished = false;
+          // Wait for news from the first choice still running (the others' are read as well).
+          size_t waiting = 0;
+          while (waiting < jobs.size() && state->done[waiting]) ++waiting;
           {
-            std::unique_lock<std::mutex> lock(job->mu);
-            job->cv.wait_for(lock, std::chrono::milliseconds(200),
-                             [&] { return job->finished || !job->pending.empty(); });
-            text.swap(job->pending);
-            finished = job->finished;
+            Job& job = *jobs[waiting];
+            std::unique_lock<std::mutex> lock(job.mu);
+            job.cv.wait_for(lock, std::chrono::milliseconds(200),
+                            [&] { return job.finished || !job.pending.empty(); });
           }
-          if (!text.empty() && !write(StreamTextEvent(endpoint, ids, text))) return false;
-          if (!finished) {
+          bool wrote = false;
+          for (size_t i = 0; i < jobs.size(); ++i) {
+            if (state->done[i]) continue;
+            Job& job = *jobs[i];
+            const int32_t index = static_cast<int32_t>(i);
+            std::string text;
+            bool finished = false;
+            {
+              std::lock_guard<std::mutex> lock(job.mu);
+              text.swap(job.pending);
+              finished = job.finished;
+            }
+            if (!text.empty()) {
+              wrote = true;
+              if (!write(StreamTextEvent(endpoint, ids, index, text, nullptr))) return false;
+            }
+            if (!finished) continue;
+            state->done[i] = true;
+            wrote = true;
+            if (!job.status.ok()) {
+              write(StrCat("data: ", ErrorJson(ErrorFromStatus(job.status)), "\n\n"));
+              cancel_all();
+              sink.done();
+              return true;
+            }
+            const Choice c = ChoiceOf(request, job, index);
+            if (c.with_logprobs && !c.logprobs.empty() &&
+                !write(StreamTextEvent(endpoint, ids, index, "", &c.logprobs))) {
+              return false;
+            }
+            if (!c.tool_calls.empty()) {
+              if (!write(StreamToolCallsEvent(ids, index, c.tool_calls))) return false;
+            } else if (job.forced_call && !c.text.empty() &&
+                       !write(StreamTextEvent(endpoint, ids, index, c.text, nullptr))) {
+              return false;  // a forced call cut short: its text, as the response has it
+            } else if (job.call_opened &&
+                       !write(StreamTextEvent(endpoint, ids, index,
+                                              c.text.substr(job.content.size()), nullptr))) {
+              return false;
+            }
+            if (!write(StreamFinishEvent(endpoint, ids, index, c.finish_reason))) return false;
+            const Usage u = UsageOf(job.result, n_prompt);
+            if (i == 0) {
+              const int32_t so_far = state->usage.completion_tokens;
+              state->usage = u;
+              state->usage.completion_tokens += so_far;
+            } else {
+              state->usage.completion_tokens += u.completion_tokens;
+            }
+            state->usage.completion_tokens += static_cast<int32_t>(job.call_result.tokens.size());
+          }
+          if (std::find(state->done.begin(), state->done.end(), false) != state->done.end()) {
             // Nothing new: a probe that the client is still there.
-            if (text.empty() && !sink.is_writable()) {
-              job->cancelled.store(true);
-              sched->Wake();
+            if (!wrote && !sink.is_writable()) {
+              cancel_all();
               return false;
             }
             return true;
           }
-          if (!job->status.ok()) {
-            ApiError e = ErrorFromStatus(job->status);
-            write(StrCat("data: ", ErrorJson(e), "\n\n"));
-            sink.done();
-            return true;
-          }
-          if (!write(StreamFinishEvent(endpoint, ids, job->result.stop_reason))) return false;
-          if (include_usage &&
-              !write(StreamUsageEvent(endpoint, ids, UsageOf(job->result, n_prompt)))) {
+          if (request.include_usage && !write(StreamUsageEvent(endpoint, ids, state->usage))) {
             return false;
           }
           if (!write(std::string(kStreamDone))) return false;
           sink.done();
           return true;
         },
-        [job, sched](bool success) {
+        [jobs, sched](bool success) {
           if (!success) {
-            job->cancelled.store(true);
+            for (auto& job : jobs) job->cancelled.store(true);
             sched->Wake();
           }
         });
+  }
+
+  // Prometheus' text exposition format.
+  std::string MetricsText() {
+    std::string out;
+    auto metric = [&](std::string_view name, std::string_view type, std::string_view help,
+                      auto value) {
+      out += StrCat("# HELP pocket_", name, " ", help, "\n# TYPE pocket_", name, " ", type,
+                    "\npocket_", name, " ", value, "\n");
+    };
+    {
+      std::lock_guard<std::mutex> lock(metrics.mu);
+      out +=
+          "# HELP pocket_http_responses_total HTTP responses by path and status.\n"
+          "# TYPE pocket_http_responses_total counter\n";
+      for (const auto& [key, n] : metrics.responses) {
+        out += StrCat("pocket_http_responses_total{path=\"", key.first, "\",status=\"", key.second,
+                      "\"} ", n, "\n");
+      }
+    }
+    const Metrics& m = metrics;
+    metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+           m.prompt_tokens.load());
+    metric("prompt_tokens_cached_total", "counter",
+           "Prompt tokens reused from a session's context or the prefix cache.",
+           m.cached_tokens.load());
+    metric("generated_tokens_total", "counter", "Completion tokens of finished requests.",
+           m.generated_tokens.load());
+    metric("decode_tokens_total", "counter", "Decode rows evaluated (one token each).",
+           m.decode_rows.load());
+    metric("prefill_tokens_total", "counter", "Prompt rows evaluated.", m.prefill_rows.load());
+    metric("engine_steps_total", "counter", "Batched forward passes.", m.steps.load());
+    metric("decode_tokens_per_second", "gauge",
+           "Decode tokens per second, all requests, over the last 10 s.",
+           metrics.TokensPerSecond());
+    metric("requests_running", "gauge", "Requests generating now.", m.running.load());
+    metric("requests_queued", "gauge", "Requests waiting for a free slot.", scheduler->queued());
+    metric("requests_cancelled_total", "counter", "Requests whose client went away.",
+           m.cancelled.load());
+    metric("kv_bytes", "gauge", "KV-cache bytes held by the sessions and the prefix cache.",
+           m.kv_bytes.load());
+    metric("prefix_cache_lookups_total", "counter", "Prefix-cache lookups.",
+           m.prefix_lookups.load());
+    metric("prefix_cache_hits_total", "counter", "Prefix-cache lookups that restored a prefix.",
+           m.prefix_hits.load());
+    metric("prefix_cache_hit_tokens_total", "counter", "Positions restored from the prefix cache.",
+           m.prefix_hit_tokens.load());
+    metric("kv_swaps_out_total", "counter", "Sessions saved to disk under the KV budget.",
+           m.swaps_out.load());
+    metric("kv_swaps_in_total", "counter", "Sessions restored from disk.", m.swaps_in.load());
+    metric("draft_tokens_total", "counter", "Tokens drafted for speculative decoding.",
+           m.drafted_tokens.load());
+    metric("draft_tokens_accepted_total", "counter", "Drafted tokens the model kept.",
+           m.accepted_draft_tokens.load());
+    return out;
   }
 
   void Routes() {
@@ -389,6 +789,13 @@ struct Server::Impl {
           e.message = "internal error";
           SendError(res, e);
         });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics.CountResponse(req.path, res.status);
+    });
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      res.set_content(MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+    });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
@@ -504,8 +911,9 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     sessions.push_back(std::move(s));
   }
   impl->options.n_ctx = sessions.front()->n_ctx();  // clamped to the model's
-  impl->scheduler = std::make_unique<Scheduler>(std::move(engine), std::move(sessions),
-                                                options.queue_limit, options.log);
+  impl->scheduler =
+      std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
+                                  options.queue_limit, options.log, &impl->metrics, model);
   impl->Routes();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

@@ -3,6 +3,7 @@ against stories260K and a random-weight model with the real Qwen3 tokenizer, and
 what a client library never sends (bad JSON, wrong types, huge bodies, keys)."""
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -76,10 +77,10 @@ class Server:
         return code
 
 
-def run_client(server, chat):
+def run_client(server, chat, tool_call_token=""):
     env = dict(os.environ, OPENAI_MODULE=os.path.join(OPENAI, "index.mjs"),
                BASE_URL=f"http://{server.host}:{server.port}/v1", MODEL=server.model, API_KEY=KEY,
-               CHAT="1" if chat else "0")
+               CHAT="1" if chat else "0", TOOL_CALL_TOKEN=str(tool_call_token))
     require(NODE, "run scripts/fetch_fixtures.sh")
     p = subprocess.run([NODE, CLIENT], env=env, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -116,6 +117,15 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(e["huge_max_tokens"]["status"], 400)
         self.assertEqual((e["bad_key"]["name"], e["bad_key"]["status"]),
                          ("AuthenticationError", 401))
+        # Completions' logprobs: one entry per token, the alternatives sorted, offsets growing.
+        lp = out["completion_logprobs"]["choices"][0]
+        n = out["completion_logprobs"]["usage"]["completion_tokens"]
+        for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            self.assertEqual(len(lp["logprobs"][k]), n, k)
+        for chosen, top in zip(lp["logprobs"]["token_logprobs"], lp["logprobs"]["top_logprobs"]):
+            self.assertLessEqual(chosen, 0.0)
+            self.assertEqual(len(top), 2)
+            self.assertLessEqual(chosen, max(top.values()) + 1e-6)
 
     def test_stories260k_with_the_openai_client(self):
         require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
@@ -136,7 +146,11 @@ class ServeTest(unittest.TestCase):
         model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
         server = Server("-m", model, "--api-key", KEY, "--parallel", "4", "-t", "2")
         try:
-            out = run_client(server, chat=True)
+            status, _, data = server.request("POST", "/tokenize", {"content": "<tool_call>"})
+            self.assertEqual(status, 200, data)
+            call_token = json.loads(data)["tokens"]
+            self.assertEqual(len(call_token), 1, "the tokenizer has no <tool_call> token")
+            out = run_client(server, chat=True, tool_call_token=call_token[0])
             self.check_common(out, server)
             whole = out["chat"]
             self.assertEqual(whole["object"], "chat.completion")
@@ -169,8 +183,72 @@ class ServeTest(unittest.TestCase):
             else:
                 self.assertEqual(finish, "length")
                 self.assertTrue(answer.startswith("{"), answer)
+            self.check_tools(out)
+            self.check_logprobs_and_n(out, whole)
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
+
+    def check_call(self, tools, call):
+        self.assertEqual(call["type"], "function")
+        self.assertTrue(call["id"].startswith("call_"), call)
+        schema = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        self.assertIn(call["function"]["name"], schema)
+        jsonschema.validate(json.loads(call["function"]["arguments"]),
+                            schema[call["function"]["name"]])
+
+    def check_tools(self, out):
+        tools = out["tools"]
+        for t in out["tool_calls"]:
+            message = t["message"]
+            self.assertEqual(t["finish"], "tool_calls", message)
+            self.assertIsNone(message["content"])
+            self.assertEqual(len(message["tool_calls"]), 1)
+            self.check_call(tools, message["tool_calls"][0])
+            if isinstance(t["choice"], dict):  # a named function
+                self.assertEqual(message["tool_calls"][0]["function"]["name"],
+                                 t["choice"]["function"]["name"])
+        # Streamed: one delta with the whole call, then finish_reason tool_calls; the same call as
+        # not streamed for the same seed (ids differ).
+        deltas = [c["choices"][0]["delta"] for c in out["tool_chunks"] if c["choices"]]
+        streamed = [tc for d in deltas for tc in (d.get("tool_calls") or [])]
+        self.assertEqual(len(streamed), 1)
+        self.assertEqual(streamed[0]["function"], out["tool_calls"][0]["message"]["tool_calls"][0]
+                         ["function"])
+        self.assertEqual(out["tool_chunks"][-1]["choices"][0]["finish_reason"], "tool_calls")
+        self.assertEqual(out["auto_call"]["finish"], "tool_calls", out["auto_call"])
+        self.check_call(tools, out["auto_call"]["message"]["tool_calls"][0])
+        self.assertNotIn("tool_calls", {k for k, v in out["auto_plain"]["message"].items() if v})
+        self.assertIn(out["auto_plain"]["finish"], ("stop", "length"))
+        self.assertIn(out["after_tool"]["finish"], ("stop", "length", "tool_calls"))
+
+    def check_logprobs_and_n(self, out, whole):
+        lp = out["chat_logprobs"]["choices"][0]
+        # The same seed: the same text as without logprobs.
+        self.assertEqual(lp["message"]["content"], whole["choices"][0]["message"]["content"])
+        content = lp["logprobs"]["content"]
+        self.assertEqual(len(content), out["chat_logprobs"]["usage"]["completion_tokens"])
+        for t in content:
+            self.assertLessEqual(t["logprob"], 0.0)
+            self.assertEqual(len(t["top_logprobs"]), 3)
+            tops = [a["logprob"] for a in t["top_logprobs"]]
+            self.assertEqual(tops, sorted(tops, reverse=True))
+            self.assertLessEqual(t["logprob"], tops[0] + 1e-6)
+            try:  # a whole character or more: "token" is its text ("bytes" always exact)
+                self.assertEqual(bytes(t["bytes"]).decode("utf-8"), t["token"])
+            except UnicodeDecodeError:
+                pass
+        many = out["chat_n"]
+        self.assertEqual([c["index"] for c in many["choices"]], [0, 1, 2])
+        # Choice 0 has the request's seed: the text of the same request with n = 1.
+        self.assertEqual(many["choices"][0]["message"]["content"],
+                         whole["choices"][0]["message"]["content"])
+        by_index = {}
+        for c in out["chat_n_chunks"]:
+            for ch in c["choices"]:
+                by_index.setdefault(ch["index"], []).append(ch["delta"].get("content") or "")
+        self.assertEqual(sorted(by_index), [0, 1, 2])
+        for c in many["choices"]:
+            self.assertEqual("".join(by_index[c["index"]]), c["message"]["content"])
 
     def test_raw_http_errors_and_endpoints(self):
         server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--api-key", KEY,
@@ -215,6 +293,77 @@ class ServeTest(unittest.TestCase):
                              (200, "Once upon a time"))
             err, _ = error(400, "POST", "/detokenize", {"tokens": [1, 100000]})
             self.assertEqual(err["param"], "tokens")
+            # Tools, logprobs, logit_bias and n: a wrong value is a 400 naming the field.
+            chat = {"model": server.model, "messages": [{"role": "user", "content": "hi"}]}
+            tool = {"type": "function", "function": {"name": "f", "parameters": {
+                "type": "object", "properties": {"x": {"type": "integer"}}}}}
+            for body, param in [
+                    ({**chat, "tool_choice": "required"}, "tool_choice"),
+                    ({**chat, "tools": [tool], "tool_choice": {"type": "function",
+                                                               "function": {"name": "g"}}},
+                     "tool_choice"),
+                    ({**chat, "tools": [tool], "tool_choice": "sometimes"}, "tool_choice"),
+                    ({**chat, "tools": [{"type": "function", "function": {
+                        "name": "f", "parameters": {"type": "object", "if": {}}}}]},
+                     "tools[0].function.parameters"),
+                    ({**chat, "tools": [tool, tool]}, "tools[1].function.name"),
+                    ({**chat, "tools": [tool], "tool_choice": "required",
+                      "response_format": {"type": "json_object"}}, "response_format"),
+                    ({**chat, "messages": [{"role": "assistant", "tool_calls": [{"x": 1}]}]},
+                     "messages[0].tool_calls[0].function"),
+                    ({**chat, "top_logprobs": 2}, "top_logprobs"),
+                    ({**chat, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                    ({**ok, "logprobs": 6}, "logprobs"),
+                    ({**ok, "logit_bias": {"abc": 1}}, "logit_bias"),
+                    ({**ok, "logit_bias": {"100000": 1}}, "logit_bias"),
+                    ({**ok, "logit_bias": {"5": 101}}, "logit_bias"),
+                    ({**ok, "n": 5}, "n")]:  # more than --parallel (4)
+                path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+                err, _ = error(400, "POST", path, body)
+                self.assertEqual(err["param"], param, body)
+            # n choices, each with its own seed; a bias that bans the first choice's first token.
+            status, _, data = server.request("POST", "/v1/completions",
+                                             {**ok, "n": 3, "seed": 3, "temperature": 1})
+            self.assertEqual(status, 200, data)
+            choices = json.loads(data)["choices"]
+            self.assertEqual([c["index"] for c in choices], [0, 1, 2])
+            status, _, data = server.request("POST", "/v1/completions",
+                                             {**ok, "temperature": 0, "logprobs": 5})
+            greedy = json.loads(data)["choices"][0]["logprobs"]
+            first = greedy["tokens"][0]
+            for chosen, top in zip(greedy["token_logprobs"], greedy["top_logprobs"]):
+                self.assertEqual(len(top), 5)
+                self.assertAlmostEqual(chosen, max(top.values()), places=5)  # greedy: the best
+                self.assertLess(sum(math.exp(v) for v in top.values()), 1.0 + 1e-5)
+            # (llama2.c's tokenizer adds the space before a word itself.)
+            status, _, data = server.request("POST", "/tokenize", {"content": first.lstrip()})
+            banned = json.loads(data)["tokens"]
+            self.assertEqual(len(banned), 1, (first, banned))
+            status, _, data = server.request("POST", "/v1/completions", {
+                **ok, "temperature": 0, "logprobs": 0, "logit_bias": {str(banned[0]): -100}})
+            self.assertNotEqual(json.loads(data)["choices"][0]["logprobs"]["tokens"][0], first)
+            # /metrics: Prometheus text, the counters of what was served so far.
+            status, headers, data = server.request("GET", "/metrics")
+            self.assertEqual(status, 200, data)
+            self.assertTrue(headers["Content-Type"].startswith("text/plain"), headers)
+            metrics = {}
+            for line in data.decode().splitlines():
+                if line and not line.startswith("#"):
+                    name, value = line.rsplit(" ", 1)
+                    metrics[name] = float(value)
+            self.assertGreaterEqual(
+                metrics['pocket_http_responses_total{path="/v1/completions",status="200"}'], 3)
+            self.assertGreaterEqual(
+                metrics['pocket_http_responses_total{path="/v1/completions",status="400"}'], 5)
+            self.assertEqual(metrics['pocket_http_responses_total{path="other",status="404"}'], 1)
+            self.assertGreater(metrics["pocket_generated_tokens_total"], 0)
+            self.assertGreater(metrics["pocket_prompt_tokens_total"], 0)
+            self.assertGreater(metrics["pocket_kv_bytes"], 0)
+            for name in ("pocket_requests_queued", "pocket_requests_running",
+                         "pocket_decode_tokens_per_second", "pocket_prefix_cache_hits_total",
+                         "pocket_draft_tokens_accepted_total"):
+                self.assertIn(name, metrics)
+            error(401, "GET", "/metrics", key=None)
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 

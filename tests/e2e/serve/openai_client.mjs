@@ -59,7 +59,61 @@ if (chat) {
     model, messages: [{ role: 'user', content: 'JSON please.' }], max_tokens: 200, seed: 5,
     response_format: { type: 'json_object' } });
   out.json_object_answer = [obj.choices[0].message.content, obj.choices[0].finish_reason];
+
+  // Tools: each call's arguments must parse and match its tool's schema (checked in Python).
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+      parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 16 },
+                                                  days: { type: 'integer', minimum: 1, maximum: 7 } },
+                    required: ['city', 'days'], additionalProperties: false } } },
+    { type: 'function', function: { name: 'add', description: 'Adds two integers',
+      parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } },
+                    required: ['a', 'b'], additionalProperties: false } } },
+  ];
+  out.tools = tools;
+  const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  out.tool_calls = [];
+  for (const [seed, choice] of [[1, 'required'], [2, 'required'],
+                                [3, { type: 'function', function: { name: 'add' } }]]) {
+    const r = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: choice,
+                                                     max_tokens: 120, seed });
+    out.tool_calls.push({ choice, message: r.choices[0].message, finish: r.choices[0].finish_reason });
+  }
+  // Streamed, the same call for the same seed (the client's stream helper accumulates it).
+  const tstream = await client.chat.completions.create({ model, messages: ask, tools,
+                                                         tool_choice: 'required', max_tokens: 120,
+                                                         seed: 1, stream: true });
+  const tchunks = [];
+  for await (const chunk of tstream) tchunks.push(chunk);
+  out.tool_chunks = tchunks;
+  // "auto": the model decides; a logit bias on the call token (its id from /tokenize) makes it
+  // open one, and what follows is constrained to the tools.
+  const callToken = process.env.TOOL_CALL_TOKEN;
+  const auto = await client.chat.completions.create({ model, messages: ask, tools, max_tokens: 120,
+                                                      seed: 4, logit_bias: { [callToken]: 100 } });
+  out.auto_call = { message: auto.choices[0].message, finish: auto.choices[0].finish_reason };
+  const plain = await client.chat.completions.create({ model, messages: ask, tools, max_tokens: 20,
+                                                       seed: 4, logit_bias: { [callToken]: -100 } });
+  out.auto_plain = { message: plain.choices[0].message, finish: plain.choices[0].finish_reason };
+  // The conversation goes on with the call and its result (role "tool").
+  const call = out.tool_calls[0].message.tool_calls[0];
+  const next = await client.chat.completions.create({ model, max_tokens: 8, seed: 5, tools,
+    messages: [...ask, { role: 'assistant', content: null, tool_calls: [call] },
+               { role: 'tool', tool_call_id: call.id, content: '{"temperature": 21}' }] });
+  out.after_tool = { message: next.choices[0].message, finish: next.choices[0].finish_reason };
+  // Log-probabilities and n choices.
+  const lp = await client.chat.completions.create({ ...params, logprobs: true, top_logprobs: 3 });
+  out.chat_logprobs = lp;
+  const many = await client.chat.completions.create({ ...params, n: 3 });
+  out.chat_n = many;
+  const nstream = await client.chat.completions.create({ ...params, n: 3, stream: true });
+  const nchunks = [];
+  for await (const chunk of nstream) nchunks.push(chunk);
+  out.chat_n_chunks = nchunks;
 }
+
+// Completions' log-probabilities (the alternatives' count in `logprobs`).
+out.completion_logprobs = await client.completions.create({ ...cparams, logprobs: 2 });
 
 // Errors the client raises as its own types.
 out.errors.unknown_model = await errorOf(() => client.completions.create({ ...cparams, model: 'nope' }));
