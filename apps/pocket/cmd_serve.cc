@@ -24,6 +24,7 @@ Command AddServeCommand(CLI::App& root) {
     EngineFlags engine;
     serve::ServeOptions serve;
     std::string api_key_file, alias, kv_budget;
+    std::vector<std::string> lora;  // NAME=FILE|DIR[:SCALE]
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "the model to serve")->required();
@@ -40,6 +41,9 @@ Command AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--api-key", f->serve.api_key,
                   "require 'Authorization: Bearer KEY' (default: no key)");
+  app->add_option("--lora", f->lora,
+                  "an adapter clients pick per request: NAME=FILE|DIR[:SCALE] (repeatable); a "
+                  "request names it as \"model\": \"MODEL:NAME\" or \"lora\": \"NAME\"");
   app->add_option("--api-key-file", f->api_key_file, "read the key from this file (first line)");
   app->add_option("--alias", f->alias,
                   "the model id clients send as \"model\" (default: the file name without its "
@@ -55,11 +59,13 @@ Command AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--http-threads", f->serve.http_threads, "connections served at once")
       ->capture_default_str();
-  SetExamples(app, {"pocket serve -m model.pocket",
-                    "pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
-                    "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
-                    "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
-                    "\"user\", \"content\": \"Hi\"}]}'"});
+  SetExamples(app,
+              {"pocket serve -m model.pocket",
+               "pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
+               "pocket serve -m model.pocket --lora reviews=reviews.pocket --lora tags=tags/:0.5",
+               "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
+               "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
+               "\"user\", \"content\": \"Hi\"}]}'"});
   return {app, [=]() -> int {
             if (!f->serve.api_key.empty() && !f->api_key_file.empty()) {
               return ReportUsageError("give --api-key or --api-key-file, not both");
@@ -105,8 +111,24 @@ Command AddServeCommand(CLI::App& root) {
               std::fprintf(stderr, "pocket serve: %.*s\n", static_cast<int>(line.size()),
                            line.data());
             };
-            if (!f->engine.lora.empty()) {
-              return ReportUsageError("--lora is not supported by serve yet");
+            for (const std::string& arg : f->lora) {
+              const size_t eq = arg.find('=');
+              if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+                return ReportUsageError(StrCat("--lora ", arg, ": expected NAME=FILE[:SCALE]"));
+              }
+              const std::string name = arg.substr(0, eq);
+              if (name.find(':') != std::string::npos) {
+                return ReportUsageError(StrCat("--lora ", arg, ": the name cannot hold ':'"));
+              }
+              for (const auto& [other, set] : o.adapters) {
+                if (other == name)
+                  return ReportUsageError(StrCat("--lora: two adapters named ", name));
+              }
+              EngineFlags one;
+              one.lora.push_back(arg.substr(eq + 1));
+              StatusOr<AdapterSet> set = LoadAdapters(**model, one);
+              if (!set.ok()) return ReportError(set.status());
+              o.adapters.emplace_back(name, std::move(*set));
             }
             StatusOr<std::unique_ptr<serve::Server>> server = serve::Server::Create(*model, o);
             if (!server.ok()) return ReportError(server.status());

@@ -167,6 +167,57 @@ std::optional<ApiError> ResponseFormat(const json& body, ConstraintSpec* spec) {
   return std::nullopt;
 }
 
+// "model": the served name, or "NAME:ADAPTER" with an adapter of the server's; "lora": an adapter's
+// name (the same as the model's suffix when both are given).
+std::optional<ApiError> ModelAndAdapter(const json& body, std::string_view served_model,
+                                        const ApiLimits& limits, std::string* model,
+                                        std::string* adapter) {
+  const auto m = body.find("model");
+  if (m == body.end() || !m->is_string()) {
+    return Bad("model", "'model' is required and must be a string");
+  }
+  *model = m->get<std::string>();
+  std::string suffix;
+  std::string_view base = *model;
+  if (base != served_model && base.size() > served_model.size() &&
+      base.substr(0, served_model.size()) == served_model && base[served_model.size()] == ':') {
+    suffix = std::string(base.substr(served_model.size() + 1));
+    base = base.substr(0, served_model.size());
+  }
+  if (base != served_model) {
+    ApiError e = Bad("model", StrCat("The model '", *model, "' does not exist (this server has '",
+                                     served_model, "')"));
+    e.http_status = 404;
+    e.code = "model_not_found";
+    return e;
+  }
+  const auto lora = body.find("lora");
+  if (lora != body.end() && !lora->is_null()) {
+    if (!lora->is_string()) return Bad("lora", "'lora' must be the name of an adapter");
+    if (!suffix.empty() && suffix != lora->get<std::string>()) {
+      return Bad("lora", StrCat("'lora' is '", lora->get<std::string>(), "' but 'model' names '",
+                                suffix, "'"));
+    }
+    suffix = lora->get<std::string>();
+  }
+  if (!suffix.empty()) {
+    bool found = false;
+    for (const std::string& a : limits.adapters) found = found || a == suffix;
+    if (!found) {
+      std::string names;
+      for (const std::string& a : limits.adapters) names += StrCat(names.empty() ? "" : ", ", a);
+      ApiError e = Bad(lora != body.end() && !lora->is_null() ? "lora" : "model",
+                       StrCat("The adapter '", suffix, "' does not exist (this server has ",
+                              names.empty() ? std::string("none") : names, ")"));
+      e.http_status = 404;
+      e.code = "model_not_found";
+      return e;
+    }
+  }
+  *adapter = std::move(suffix);
+  return std::nullopt;
+}
+
 // Python's json.dumps (", " and ": " separators, keys in the order given, non-ASCII as it is): what
 // the chat template's `tojson` writes for the tools.
 std::string PyJson(const nlohmann::ordered_json& j) {
@@ -383,18 +434,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   g.parse_special = false;  // user text is text
   g.seed_bits = SeedBits::k32;
 
-  const auto model = body.find("model");
-  if (model == body.end() || !model->is_string()) {
-    return Bad("model", "'model' is required and must be a string");
-  }
-  r.model = model->get<std::string>();
-  if (r.model != served_model) {
-    ApiError e = Bad("model", StrCat("The model '", r.model, "' does not exist (this server has '",
-                                     served_model, "')"));
-    e.http_status = 404;
-    e.code = "model_not_found";
-    return e;
-  }
+  if (auto e = ModelAndAdapter(body, served_model, limits, &r.model, &r.adapter)) return e;
 
   if (endpoint == Endpoint::kChat) {
     const auto messages = body.find("messages");
@@ -587,6 +627,50 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   const auto user = body.find("user");
   if (user != body.end() && !user->is_null() && !user->is_string()) {
     return Bad("user", "'user' must be a string");
+  }
+  *out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body_text,
+                                          std::string_view served_model, const ApiLimits& limits,
+                                          ScoreRequest* out) {
+  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!body.is_object()) return Bad("", "the request body must be a JSON object");
+  ScoreRequest r;
+  const bool chat = body.contains("messages");
+  if (chat == (body.contains("prompt") || body.contains("input"))) {
+    return Bad("prompt", "give either 'prompt' (text) or 'messages' (a chat)");
+  }
+  // The prompt as a generation request would have it (the same checks and messages).
+  std::string reshaped;
+  if (!chat && body.contains("input") && !body.contains("prompt")) {
+    json copy = body;
+    copy["prompt"] = copy["input"];
+    reshaped = copy.dump();
+  }
+  ApiRequest g;
+  if (auto e = ParseRequest(chat ? Endpoint::kChat : Endpoint::kCompletion,
+                            reshaped.empty() ? body_text : std::string_view(reshaped), served_model,
+                            limits, &g)) {
+    return e;
+  }
+  r.model = g.model;
+  r.adapter = g.adapter;
+  r.prompt = g.generate;
+  r.chat = chat;
+  if (!classify) {
+    const auto c = body.find("candidates");
+    if (c == body.end() || !c->is_array() || c->empty() || c->size() > 64) {
+      return Bad("candidates", "'candidates' must be an array of 1 to 64 strings");
+    }
+    for (size_t i = 0; i < c->size(); ++i) {
+      if (!(*c)[i].is_string() || (*c)[i].get<std::string>().empty()) {
+        return Bad("candidates", StrCat("'candidates[", i, "]' must be a non-empty string"));
+      }
+      r.candidates.push_back((*c)[i].get<std::string>());
+    }
   }
   *out = std::move(r);
   return std::nullopt;

@@ -36,6 +36,7 @@ struct ApiLimits {
   int32_t n_ctx = 4096;          // the sessions' context: a prompt + max_tokens beyond it is a 400
   int32_t max_n = 1;             // choices per request at most (the server's --parallel)
   int32_t vocab_size = 1 << 30;  // logit_bias keys are token ids below it
+  std::vector<std::string> adapters;  // names a request may pick ("MODEL:NAME", "lora")
 };
 
 // A function the model may call (chat "tools"): its name and its parameters' JSON Schema.
@@ -73,7 +74,8 @@ struct ApiRequest {
   // logprobs / top_logprobs: the chosen tokens' log-probabilities and the top alternatives (0-20).
   bool logprobs = false;
   int32_t top_logprobs = 0;
-  int32_t n = 1;  // choices (each its own request, seeds seed, seed + 1, ...)
+  int32_t n = 1;        // choices (each its own request, seeds seed, seed + 1, ...)
+  std::string adapter;  // the adapter picked (empty: the base model)
 };
 
 // The text that opens a tool call in the model's output (Qwen's format).
@@ -84,6 +86,19 @@ inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
                                      std::string_view served_model, const ApiLimits& limits,
                                      ApiRequest* out);
+
+// pocket's /v1/score: candidate continuations of a prompt ("prompt" text or chat "messages"),
+// ranked in one forward pass; and /v1/classify: the labels of the model's or the adapter's head.
+struct ScoreRequest {
+  std::string model;
+  std::string adapter;
+  PromptRequest prompt;
+  bool chat = false;                    // "messages" (rendered with the generation prompt)
+  std::vector<std::string> candidates;  // /v1/score: 1 to 64 non-empty strings
+};
+std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body,
+                                          std::string_view served_model, const ApiLimits& limits,
+                                          ScoreRequest* out);
 
 // "stop" for an end of text or a stop string, "length" for a token budget or a full context.
 std::string_view FinishReason(StopReason reason);

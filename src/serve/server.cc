@@ -35,6 +35,10 @@ struct Job {
   // call's JSON to the tools). Streamed text holds back what may be the start of kToolCallOpen.
   std::optional<PreparedRequest> call;
   bool forced_call = false;  // required / a named function: the whole output is the call's JSON
+  AdapterSet adapters;       // the adapter the request picked (empty: the base)
+  // Not a generation: work run on a free session by the scheduler thread (scoring, classifying),
+  // between engine steps.
+  std::function<Status(Session&)> task;
   std::mutex mu;
   std::condition_variable cv;
   std::string pending;  // streamed text the HTTP thread has not sent yet
@@ -205,6 +209,16 @@ class Scheduler {
         if (job->cancelled.load()) {
           job->result.stop_reason = StopReason::kCancelled;
           FinishJob(*job, Status::Ok());
+          Release(session);
+          continue;
+        }
+        if (Status a = session->SetAdapters(job->adapters); !a.ok()) {
+          FinishJob(*job, a);
+          Release(session);
+          continue;
+        }
+        if (job->task) {
+          FinishJob(*job, job->task(*session));
           Release(session);
           continue;
         }
@@ -449,6 +463,97 @@ struct Server::Impl {
     return ok;
   }
 
+  AdapterSet AdaptersOf(const std::string& name) const {
+    for (const auto& [n, set] : options.adapters) {
+      if (n == name) return set;
+    }
+    return {};
+  }
+
+  ApiLimits Limits() const {
+    ApiLimits limits;
+    limits.max_tokens = options.max_tokens;
+    limits.n_ctx = options.n_ctx;
+    limits.max_n = options.parallel;
+    limits.vocab_size = model->tokenizer()->vocab_size();
+    for (const auto& [name, set] : options.adapters) limits.adapters.push_back(name);
+    return limits;
+  }
+
+  // Runs `task` on a free session (the scheduler's thread, between steps) and waits for it.
+  Status RunTask(AdapterSet adapters, std::function<Status(Session&)> task) {
+    auto job = std::make_shared<Job>();
+    job->adapters = std::move(adapters);
+    job->task = std::move(task);
+    POCKET_RETURN_IF_ERROR(scheduler->Enqueue({job}));
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->finished; });
+    return job->status;
+  }
+
+  // /v1/score and /v1/classify.
+  void Score(bool classify, const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    ScoreRequest sr;
+    if (auto e = ParseScoreRequest(classify, req.body, options.model_name, Limits(), &sr)) {
+      return SendError(res, *e);
+    }
+    StatusOr<PromptTokens> prompt = EncodeRequestPrompt(*model, sr.prompt);
+    if (!prompt.ok()) return SendError(res, ErrorFromStatus(prompt.status()));
+    const std::string_view input_param = sr.chat ? "messages" : "prompt";
+    if (prompt->ids.size() >= static_cast<size_t>(options.n_ctx)) {
+      ApiError e;
+      e.param = std::string(input_param);
+      e.code = "context_length_exceeded";
+      e.message = StrCat("the prompt is ", prompt->ids.size(), " tokens; the context holds ",
+                         options.n_ctx, " tokens");
+      return SendError(res, e);
+    }
+    json out = {{"model", options.model_name}, {"usage", {{"prompt_tokens", prompt->ids.size()}}}};
+    if (classify) {
+      std::vector<LabelScore> labels;
+      const Status s = RunTask(AdaptersOf(sr.adapter), [&](Session& session) -> Status {
+        POCKET_ASSIGN_OR_RETURN(labels, session.Classify(prompt->ids));
+        return Status::Ok();
+      });
+      if (!s.ok())
+        return SendError(
+            res, ErrorFromStatus(s, s.code() == StatusCode::kFailedPrecondition ? "model" : ""));
+      json results = json::array();
+      for (const LabelScore& l : labels) {
+        results.push_back({{"index", l.index},
+                           {"label", l.label},
+                           {"logit", l.logit},
+                           {"logprob", l.logprob},
+                           {"probability", l.probability}});
+      }
+      out["object"] = "classification";
+      out["labels"] = std::move(results);
+    } else {
+      StatusOr<std::vector<std::vector<int32_t>>> candidates =
+          EncodeCandidates(*model, sr.prompt, *prompt, sr.candidates);
+      if (!candidates.ok())
+        return SendError(res, ErrorFromStatus(candidates.status(), "candidates"));
+      std::vector<CandidateScore> scores;
+      const Status s = RunTask(AdaptersOf(sr.adapter), [&](Session& session) -> Status {
+        POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
+        return Status::Ok();
+      });
+      if (!s.ok()) return SendError(res, ErrorFromStatus(s, "candidates"));
+      json results = json::array();
+      for (const CandidateScore& c : scores) {
+        results.push_back({{"index", c.index},
+                           {"candidate", sr.candidates[static_cast<size_t>(c.index)]},
+                           {"logprob", c.logprob},
+                           {"probability", c.probability},
+                           {"tokens", c.tokens.size()}});
+      }
+      out["object"] = "score";
+      out["results"] = std::move(results);
+    }
+    res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  }
+
   // A choice of the response from its finished job: text, tool calls, finish reason, logprobs.
   Choice ChoiceOf(const ApiRequest& api, Job& job, int32_t index) {
     Choice c;
@@ -495,13 +600,8 @@ struct Server::Impl {
 
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    ApiLimits limits;
-    limits.max_tokens = options.max_tokens;
-    limits.n_ctx = options.n_ctx;
-    limits.max_n = options.parallel;
-    limits.vocab_size = model->tokenizer()->vocab_size();
     ApiRequest api;
-    if (auto e = ParseRequest(endpoint, req.body, options.model_name, limits, &api)) {
+    if (auto e = ParseRequest(endpoint, req.body, options.model_name, Limits(), &api)) {
       return SendError(res, *e);
     }
     // The n choices: requests of their own, seeds seed, seed + 1, ... (or each drawn).
@@ -524,6 +624,7 @@ struct Server::Impl {
       auto job = std::make_shared<Job>();
       job->id = ids.id;
       job->prepared = std::move(*prepared);
+      job->adapters = AdaptersOf(api.adapter);
       if (!api.assistant_prefix.empty()) {
         EncodeOptions eo;
         eo.parse_special = true;
@@ -801,9 +902,19 @@ struct Server::Impl {
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res)) return;
-      json m = {
-          {"id", options.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pocket"}};
-      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(
+      json data = json::array({{{"id", options.model_name},
+                                {"object", "model"},
+                                {"created", 0},
+                                {"owned_by", "pocket"}}});
+      for (const auto& [name, set] : options.adapters) {
+        data.push_back({{"id", StrCat(options.model_name, ":", name)},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "pocket"},
+                        {"parent", options.model_name},
+                        {"adapter", AdapterSetName(set)}});
+      }
+      res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(
                           -1, ' ', false, json::error_handler_t::replace),
                       "application/json");
     });
@@ -812,6 +923,12 @@ struct Server::Impl {
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Endpoint::kCompletion, req, res);
+    });
+    http.Post("/v1/score", [this](const httplib::Request& req, httplib::Response& res) {
+      Score(false, req, res);
+    });
+    http.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) {
+      Score(true, req, res);
     });
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res)) return;

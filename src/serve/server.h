@@ -13,8 +13,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
+#include "model/adapter.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -36,6 +39,8 @@ struct ServeOptions {
   int32_t max_tokens = 4096;                // the most a request may ask for
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
   int32_t http_threads = 32;                // connections served at once
+  // Adapters a request may pick by name ("model": "MODEL:NAME" or "lora": "NAME").
+  std::vector<std::pair<std::string, AdapterSet>> adapters;
   // One line per finished request (id, tokens, finish reason, seconds); null: none.
   std::function<void(std::string_view line)> log;
 };

@@ -16,7 +16,7 @@ import unittest
 import jsonschema
 
 from harness import (CACHE, HERE, POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest,
-                     make_model, require)
+                     make_model, pocket, require, work_path)
 
 OPENAI = os.path.join(CACHE, "openai-client", "node_modules", "openai")
 # openai@7 needs Node.js 22: the build fetch_fixtures.sh installs from npm beside it.
@@ -426,6 +426,78 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, "".join(server.log))
         generated = int(re.search(r"(\d+) generated", lines[0]).group(1))
         self.assertLess(generated, 1500, lines[0])
+
+    def test_scoring_classifying_and_adapters(self):
+        """/v1/score and /v1/classify against `pocket score` (the same numbers), and an adapter
+        picked per request against `pocket run --lora` (the same greedy text)."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-classifier.gguf", extra=(
+            "--tokenizer", QWEN3_TOKENIZER, "--classifier-labels", "positive,negative,neutral"))
+        adapter = work_path("serve-classifier-lora")
+        if not os.path.exists(adapter):
+            pocket("make-adapter", "-m", model, "--rank", "8", "-o", adapter)
+        server = Server("-m", model, "--parallel", "2", "-t", "2", "--lora", f"task={adapter}",
+                        "--lora", f"half={adapter}:0.5")
+        try:
+            status, _, data = server.request("GET", "/v1/models")
+            ids = [m["id"] for m in json.loads(data)["data"]]
+            self.assertEqual(ids, [server.model, server.model + ":task", server.model + ":half"])
+            prompt, candidates = "The film was", [" great", " bad", " fine"]
+            for lora in (None, "task"):
+                extra = ["--lora", adapter] if lora else []
+                want = json.loads(pocket("score", "-m", model, "-t", "2", "-p", prompt,
+                                         "--candidates", ",".join(candidates), "--json", *extra).stdout)
+                body = {"model": server.model + (f":{lora}" if lora else ""), "prompt": prompt,
+                        "candidates": candidates}
+                status, _, data = server.request("POST", "/v1/score", body)
+                self.assertEqual(status, 200, data)
+                got = json.loads(data)
+                self.assertEqual(got["object"], "score")
+                self.assertEqual([r["index"] for r in got["results"]],
+                                 [c["index"] for c in want["candidates"]])
+                for r, w in zip(got["results"], want["candidates"]):
+                    self.assertEqual(r["candidate"], candidates[r["index"]])
+                    self.assertAlmostEqual(r["logprob"], w["logprob"], places=4)
+                    self.assertAlmostEqual(r["probability"], w["probability"], places=5)
+                want = json.loads(pocket("score", "-m", model, "-t", "2", "-p", prompt, "--head",
+                                         "--json", *extra).stdout)
+                status, _, data = server.request("POST", "/v1/classify", {
+                    "model": server.model, "input": prompt, **({"lora": lora} if lora else {})})
+                self.assertEqual(status, 200, data)
+                got = json.loads(data)
+                self.assertEqual(got["object"], "classification")
+                self.assertEqual([(l["label"], round(l["probability"], 5)) for l in got["labels"]],
+                                 [(l["label"], round(l["probability"], 5)) for l in want["labels"]])
+            # Generation with an adapter: the greedy text `pocket run --lora` writes; the base's
+            # differs; a scaled copy of the adapter is another set.
+            texts = {}
+            for name, extra in (("", ()), (":task", ("--lora", adapter)),
+                                (":half", ("--lora", adapter + ":0.5"))):
+                want = json.loads(pocket("run", "-m", model, "-t", "2", "-p", prompt, "-n", "12",
+                                         "--temp", "0", "--json", *extra).stdout)
+                status, _, data = server.request("POST", "/v1/completions", {
+                    "model": server.model + name, "prompt": prompt, "max_tokens": 12,
+                    "temperature": 0})
+                self.assertEqual(status, 200, data)
+                texts[name] = json.loads(data)["choices"][0]["text"]
+                self.assertEqual(texts[name], want["text"], name)
+            self.assertNotEqual(texts[""], texts[":task"])
+            self.assertNotEqual(texts[":task"], texts[":half"])
+            # Errors: an unknown adapter is a 404; scoring without candidates or a head, a 400.
+            for body, path, code, param in [
+                    ({"model": server.model + ":nope", "prompt": "x", "max_tokens": 1},
+                     "/v1/completions", 404, "model"),
+                    ({"model": server.model, "lora": "nope", "prompt": "x"}, "/v1/score", 404,
+                     "lora"),
+                    ({"model": server.model, "prompt": "x"}, "/v1/score", 400, "candidates"),
+                    ({"model": server.model, "prompt": "x", "candidates": [""]}, "/v1/score", 400,
+                     "candidates"),
+                    ({"model": server.model, "candidates": ["a"]}, "/v1/score", 400, "prompt")]:
+                status, _, data = server.request("POST", path, body)
+                self.assertEqual(status, code, (body, data))
+                self.assertEqual(json.loads(data)["error"]["param"], param, data)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
 
     def drain(self, server):
         """Lines the server logged so far."""
