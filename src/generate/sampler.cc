@@ -107,6 +107,30 @@ size_t Sampler::Survivors(const float* logits, double* total) {
                      candidates_.begin() + static_cast<ptrdiff_t>(n), by_logit);
     n = keep;
   }
+  if (params_.top_p >= 1.0f) {
+    // No nucleus: nothing needs the order by probability (min-p is relative to the best alone),
+    // so the survivors are walked in id order and the vocabulary is not sorted (OpenAI's
+    // defaults, top_p 1 and no top-k, would sort it whole for every token). The top k are put in
+    // id order too (nth_element leaves an order of its library's choosing).
+    if (static_cast<size_t>(vocab_size_) > n) {
+      std::sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n),
+                [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+    }
+    float max_logit = -INFINITY;
+    for (size_t i = 0; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
+    const double threshold = params_.min_p > 0.0f ? params_.min_p : 0.0;
+    size_t m = 0;
+    *total = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float p = std::exp(candidates_[i].logit - max_logit);
+      if (threshold > 0.0 && p < threshold) continue;  // min-p: below min_p x p(best)
+      candidates_[m] = candidates_[i];
+      probs_[m] = p;
+      *total += p;
+      ++m;
+    }
+    return m;
+  }
   std::sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(n), by_logit);
   // Softmax over the survivors.
   const float max_logit = candidates_[0].logit;

@@ -67,9 +67,10 @@ class Sampler {
   void ApplyPenalties(float* logits, std::span<const int32_t> recent);
   int32_t Pick(const float* logits);  // the chain after the penalties
   int32_t Argmax(const float* logits) const;
-  // The chain after the penalties up to the pick (temperature > 0): the surviving candidates best
-  // first in candidates_[0, n) with unnormalized probabilities probs_[0, n); returns n, their sum
-  // in *total.
+  // The chain after the penalties up to the pick (temperature > 0): the surviving candidates in
+  // candidates_[0, n) with unnormalized probabilities probs_[0, n) (best first when top-p needs
+  // the order; in id order without top-p: the vocabulary is then not sorted, only the top k when
+  // there is a top-k); returns n, their sum in *total.
   size_t Survivors(const float* logits, double* total);
   int32_t PickDraft(const float* logits, int32_t draft, std::span<const float> q);
 

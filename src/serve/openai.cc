@@ -361,8 +361,10 @@ std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r) {
 }
 
 // An assistant message's "tool_calls", appended to its content as the template writes them.
-std::optional<ApiError> AssistantToolCalls(const json& m, const std::string& p,
-                                           std::string* content) {
+// `ordered`: the same message with its keys in the client's order (object arguments are written
+// so).
+std::optional<ApiError> AssistantToolCalls(const json& m, const nlohmann::ordered_json& ordered,
+                                           const std::string& p, std::string* content) {
   const auto calls = m.find("tool_calls");
   if (calls == m.end() || calls->is_null()) return std::nullopt;
   if (!calls->is_array())
@@ -380,7 +382,16 @@ std::optional<ApiError> AssistantToolCalls(const json& m, const std::string& p,
       if (a.is_string()) {
         arguments = a.get<std::string>();
       } else if (a.is_object()) {
-        arguments = PyJson(nlohmann::ordered_json::parse(a.dump()));
+        const nlohmann::ordered_json* oa = nullptr;
+        if (ordered.is_object() && ordered.contains("tool_calls") &&
+            ordered["tool_calls"].is_array() && i < ordered["tool_calls"].size()) {
+          const auto& c2 = ordered["tool_calls"][i];
+          if (c2.is_object() && c2.contains("function") && c2["function"].is_object() &&
+              c2["function"].contains("arguments") && c2["function"]["arguments"].is_object()) {
+            oa = &c2["function"]["arguments"];
+          }
+        }
+        arguments = PyJson(oa != nullptr ? *oa : nlohmann::ordered_json::parse(a.dump()));
       } else if (!a.is_null()) {
         return Bad(q + ".function.arguments",
                    StrCat("'", q, ".function.arguments' must be a string of JSON"));
@@ -446,6 +457,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (auto e = ToolChoiceOf(body, &r)) return e;
     std::vector<ChatMessage> ms;
     bool after_tool = false;  // the last message was a tool's: its response joins that turn
+    nlohmann::ordered_json ordered_messages;  // parsed when an assistant message has tool calls
     for (size_t i = 0; i < messages->size(); ++i) {
       const json& m = (*messages)[i];
       const std::string p = StrCat("messages[", i, "]");
@@ -465,7 +477,15 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
         return e;
       }
       if (cm.role == "assistant") {
-        if (auto e = AssistantToolCalls(m, p, &cm.content)) return e;
+        if (m.contains("tool_calls") && ordered_messages.is_null()) {
+          const auto whole = nlohmann::ordered_json::parse(body_text, nullptr, false);
+          ordered_messages = whole.is_object() ? whole["messages"] : nlohmann::ordered_json();
+        }
+        static const nlohmann::ordered_json kNone;
+        const nlohmann::ordered_json& om =
+            ordered_messages.is_array() && i < ordered_messages.size() ? ordered_messages[i]
+                                                                       : kNone;
+        if (auto e = AssistantToolCalls(m, om, p, &cm.content)) return e;
       }
       if (cm.role == "tool") {
         // Qwen's template: consecutive tool responses in one user turn.
@@ -609,6 +629,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
         return Bad("logit_bias",
                    StrCat("'logit_bias[\"", key, "\"]' must be a number from -100 to 100"));
       }
+      for (const auto& [seen, b] : g.sampling.logit_bias) {
+        if (seen == id) return Bad("logit_bias", StrCat("'logit_bias' names token ", id, " twice"));
+      }
       g.sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
                                          static_cast<float>(value.get<double>()));
     }
@@ -621,6 +644,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     }
     // The turn starts the call (no thinking first); its JSON is constrained to the tools.
     g.constraint.json_schema = r.tool_call_schema;
+    g.stop.clear();  // a stop string must not cut the call's JSON
     g.chat.enable_thinking = false;
     r.assistant_prefix = StrCat(kToolCallOpen, "\n");
   }

@@ -39,9 +39,14 @@ struct Job {
   // Not a generation: work run on a free session by the scheduler thread (scoring, classifying),
   // between engine steps.
   std::function<Status(Session&)> task;
+  bool stream = false;  // the client reads the text as it comes (else only the result)
   std::mutex mu;
   std::condition_variable cv;
-  std::string pending;  // streamed text the HTTP thread has not sent yet
+  // Streamed text the HTTP thread has not sent yet. The scheduler wakes the HTTP thread for the
+  // first piece only (time to first token) and at the end; in between the HTTP thread flushes
+  // every kFlushInterval, so a token costs no thread switch on a machine whose cores compute.
+  std::string pending;
+  bool woke = false;
   bool finished = false;
   Status status;
   GenerateResult result;               // the request's (auto: until the call opened)
@@ -53,6 +58,8 @@ struct Job {
   std::string seen;
   size_t streamed = 0;
 };
+
+constexpr auto kFlushInterval = std::chrono::milliseconds(40);
 
 void FinishJob(Job& job, Status status) {
   std::lock_guard<std::mutex> lock(job.mu);
@@ -146,6 +153,7 @@ class Scheduler {
         log_(std::move(log)),
         metrics_(metrics) {
     for (auto& s : sessions_) free_.push_back(s.get());
+    n_ctx_ = sessions_.front()->n_ctx();
     thread_ = std::thread([this] { Loop(); });
   }
   ~Scheduler() { Stop(); }
@@ -253,6 +261,11 @@ class Scheduler {
         StatusOr<GenerateResult> result = engine_->Take(r.id);
         Job& job = *r.job;
         if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
+            result->stop_reason == StopReason::kCallback && !CallFits(job, *result)) {
+          // No budget or context left for the call: the text as it is, cut for length.
+          result->stop_reason = StopReason::kMaxTokens;
+        }
+        if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
             result->stop_reason == StopReason::kCallback) {
           // The model opened a tool call: continue on the same session (its context reused)
           // from the text before it and "<tool_call>\n", the call constrained to the tools.
@@ -344,43 +357,62 @@ class Scheduler {
         const size_t end = open != std::string::npos
                                ? open
                                : j->seen.size() - PartialMarker(j->seen, kToolCallOpen);
-        std::lock_guard<std::mutex> lock(j->mu);
-        if (end > j->streamed) {
+        if (end > j->streamed && j->stream) {
+          std::lock_guard<std::mutex> lock(j->mu);
           j->pending.append(j->seen, j->streamed, end - j->streamed);
-          j->streamed = end;
-          j->cv.notify_all();
+          if (!j->woke) {
+            j->woke = true;
+            j->cv.notify_all();
+          }
         }
+        j->streamed = std::max(j->streamed, end);
         if (open != std::string::npos) {
           j->content = j->seen.substr(0, open);
           return false;
         }
         return !j->cancelled.load();
       };
-    } else {
+    } else if (job.stream) {
       on_text = [j](std::string_view piece) {
         std::lock_guard<std::mutex> lock(j->mu);
         j->pending.append(piece);
-        j->cv.notify_all();
+        if (!j->woke) {
+          j->woke = true;
+          j->cv.notify_all();
+        }
         return !j->cancelled.load();
       };
+    } else {
+      on_text = [j](std::string_view) { return !j->cancelled.load(); };
     }
     return engine_->Submit(session, job.prepared.prompt.ids, job.prepared.options,
                            std::move(on_text));
   }
 
-  // Auto tools: the call's continuation (the prompt, the text before the call, kToolCallOpen and
-  // a newline; the rest of the budget).
-  StatusOr<int64_t> SubmitCall(Job& job, Session* session) {
-    const Tokenizer* tok = engine_model_->tokenizer();
+  // Auto tools: the call's continuation: the prompt, the text before the call, kToolCallOpen and a
+  // newline.
+  StatusOr<std::vector<int32_t>> CallPrompt(const Job& job) const {
     EncodeOptions eo;
     eo.parse_special = true;  // the call marker is the model's token where it has one
-    POCKET_ASSIGN_OR_RETURN(std::vector<int32_t> more,
-                            tok->Encode(StrCat(job.content, kToolCallOpen, "\n"), eo));
+    POCKET_ASSIGN_OR_RETURN(
+        std::vector<int32_t> more,
+        engine_model_->tokenizer()->Encode(StrCat(job.content, kToolCallOpen, "\n"), eo));
     std::vector<int32_t> ids = job.prepared.prompt.ids;
     ids.insert(ids.end(), more.begin(), more.end());
+    return ids;
+  }
+  // Whether the call has a token of budget left and room in the context.
+  bool CallFits(const Job& job, const GenerateResult& first) const {
+    if (static_cast<int32_t>(first.tokens.size()) >= job.prepared.options.max_tokens) return false;
+    StatusOr<std::vector<int32_t>> ids = CallPrompt(job);
+    return ids.ok() && ids->size() < static_cast<size_t>(n_ctx_);
+  }
+  StatusOr<int64_t> SubmitCall(Job& job, Session* session) {
+    POCKET_ASSIGN_OR_RETURN(std::vector<int32_t> ids, CallPrompt(job));
     GenerateOptions& options = job.call->options;
     const int32_t used = static_cast<int32_t>(job.result.tokens.size());
-    options.max_tokens = std::max(1, job.prepared.options.max_tokens - used);
+    options.max_tokens =
+        std::min(job.prepared.options.max_tokens - used, n_ctx_ - static_cast<int32_t>(ids.size()));
     Job* j = &job;
     return engine_->Submit(session, ids, options,
                            [j](std::string_view) { return !j->cancelled.load(); });
@@ -393,6 +425,7 @@ class Scheduler {
 
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<const Model> engine_model_;
+  int32_t n_ctx_ = 0;  // the sessions' context
   std::vector<std::unique_ptr<Session>> sessions_;
   std::shared_ptr<PrefixCache> cache_;
   const int32_t queue_limit_;
@@ -562,14 +595,17 @@ struct Server::Impl {
     if (api.logprobs) {
       c.with_logprobs = true;
       // One entry per kept token (a final stop token has one too: dropped).
-      const size_t n = std::min(job.result.logprobs.size(), job.result.tokens.size());
-      for (size_t i = 0; i < n; ++i) {
-        const TokenLogprobs& e = job.result.logprobs[i];
-        TokenLogprob t;
-        t.token = std::string(tok->TokenBytes(e.token));
-        t.logprob = e.logprob;
-        for (const auto& [id, lp] : e.top) t.top.emplace_back(tok->TokenBytes(id), lp);
-        c.logprobs.push_back(std::move(t));
+      // (an opened call: the tokens before it, the marker's included, then the call's).
+      for (const GenerateResult* r : {&job.result, &job.call_result}) {
+        const size_t n = std::min(r->logprobs.size(), r->tokens.size());
+        for (size_t i = 0; i < n; ++i) {
+          const TokenLogprobs& e = r->logprobs[i];
+          TokenLogprob t;
+          t.token = std::string(tok->TokenBytes(e.token));
+          t.logprob = e.logprob;
+          for (const auto& [id, lp] : e.top) t.top.emplace_back(tok->TokenBytes(id), lp);
+          c.logprobs.push_back(std::move(t));
+        }
       }
     }
     if (job.forced_call || job.call_opened) {
@@ -579,10 +615,7 @@ struct Server::Impl {
                                            : std::nullopt;
       const std::string before = job.forced_call ? std::string() : job.content;
       if (parsed.has_value()) {
-        c.text = before;
-        while (!c.text.empty() && std::isspace(static_cast<unsigned char>(c.text.back()))) {
-          c.text.pop_back();
-        }
+        c.text = before;  // as it was streamed
         c.null_content = c.text.empty();
         c.tool_calls.push_back(std::move(*parsed));
         c.finish_reason = "tool_calls";
@@ -632,9 +665,12 @@ struct Server::Impl {
         if (!more.ok()) return SendError(res, ErrorFromStatus(more.status()));
         job->prepared.prompt.ids.insert(job->prepared.prompt.ids.end(), more->begin(), more->end());
       }
+      job->stream = api.stream;
       job->forced_call =
           api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kFunction;
-      if (api.tool_choice == ToolChoice::kAuto) {
+      // Auto: a call the model opens continues constrained to the tools (not inside an output
+      // constrained by response_format: that constraint decides the whole output).
+      if (api.tool_choice == ToolChoice::kAuto && api.generate.constraint.empty()) {
         GenerateRequest call = g;
         call.constraint = {};
         call.constraint.json_schema = api.tool_call_schema;
@@ -642,6 +678,7 @@ struct Server::Impl {
         StatusOr<PreparedRequest> p = PrepareRequest(*model, call);
         if (!p.ok()) return SendError(res, ErrorFromStatus(p.status(), "tools"));
         p->options.partial_constrained_output = true;
+        p->options.logprobs = api.logprobs ? api.top_logprobs : -1;
         job->call = std::move(*p);
       }
       // A budget that ends a constrained output early: finish_reason "length" (OpenAI's answer).
@@ -697,6 +734,7 @@ struct Server::Impl {
     res.set_header("Cache-Control", "no-cache");
     struct StreamState {
       bool started = false;
+      bool sent_text = false;  // after the first text, flush every kFlushInterval
       std::vector<bool> done;  // each choice's finish event sent
       Usage usage;
     };
@@ -732,8 +770,9 @@ struct Server::Impl {
           {
             Job& job = *jobs[waiting];
             std::unique_lock<std::mutex> lock(job.mu);
-            job.cv.wait_for(lock, std::chrono::milliseconds(200),
-                            [&] { return job.finished || !job.pending.empty(); });
+            job.cv.wait_for(lock, kFlushInterval, [&] {
+              return job.finished || (!state->sent_text && !job.pending.empty());
+            });
           }
           bool wrote = false;
           for (size_t i = 0; i < jobs.size(); ++i) {
@@ -749,6 +788,7 @@ struct Server::Impl {
             }
             if (!text.empty()) {
               wrote = true;
+              state->sent_text = true;
               if (!write(StreamTextEvent(endpoint, ids, index, text, nullptr))) return false;
             }
             if (!finished) continue;
