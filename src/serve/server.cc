@@ -906,6 +906,14 @@ struct Server::Impl {
 
   void Routes() {
     http.set_payload_max_length(options.max_body_bytes);
+    // A client that sends nothing or reads nothing for 10 s loses its connection (a stream's
+    // request is then cancelled); idle keep-alive connections close after 5 s, so a slow or idle
+    // client holds one HTTP thread for a bounded time and never the scheduler. Headers are
+    // limited to 8 KiB a line by cpp-httplib (a longer one is a 400).
+    http.set_read_timeout(10);
+    http.set_write_timeout(10);
+    http.set_keep_alive_timeout(5);
+    http.set_keep_alive_max_count(1000);
     const int threads = std::max(1, options.http_threads);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {

@@ -284,6 +284,15 @@ class ServeTest(unittest.TestCase):
             self.assertIn("64", err["message"])
             self.assertEqual(err["code"], "context_length_exceeded")
             error(404, "POST", "/v1/nothing", ok)
+            # A header line over cpp-httplib's 8 KiB: refused, the server goes on.
+            try:
+                status, _, _ = server.request("POST", "/v1/completions", ok,
+                                              headers={"X-Long": "y" * 20000})
+                self.assertGreaterEqual(status, 400)
+            except (ConnectionError, http.client.HTTPException):
+                pass  # the connection closed without a response: refused too
+            status, _, _ = server.request("GET", "/health")
+            self.assertEqual(status, 200)
             # Unknown fields are ignored.
             status, _, data = server.request("POST", "/v1/completions", {**ok, "whatever": [1]})
             self.assertEqual(status, 200, data)
