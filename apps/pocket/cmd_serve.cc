@@ -44,6 +44,12 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--lora", f->lora,
                   "an adapter clients pick per request: NAME=FILE|DIR[:SCALE] (repeatable); a "
                   "request names it as \"model\": \"MODEL:NAME\" or \"lora\": \"NAME\"");
+  app->add_option("--spec", f->serve.spec,
+                  "speculative decoding for every request (needs --parallel 1): lookup, "
+                  "draft:FILE, dflash:DIR, dflash (the package's drafter), auto; none: off")
+      ->capture_default_str();
+  app->add_option("--draft-max", f->serve.draft_max, "tokens drafted per verification pass")
+      ->capture_default_str();
   app->add_option("--api-key-file", f->api_key_file, "read the key from this file (first line)");
   app->add_option("--alias", f->alias,
                   "the model id clients send as \"model\" (default: the file name without its "

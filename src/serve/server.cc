@@ -230,6 +230,10 @@ class Scheduler {
           Release(session);
           continue;
         }
+        if (job->prepared.options.drafter != nullptr) {
+          RunSpeculative(job, session);
+          continue;
+        }
         StatusOr<int64_t> id = Submit(*job, session);
         if (!id.ok()) {
           FinishJob(*job, id.status());
@@ -258,66 +262,9 @@ class Scheduler {
           ++i;
           continue;
         }
-        StatusOr<GenerateResult> result = engine_->Take(r.id);
-        Job& job = *r.job;
-        if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
-            result->stop_reason == StopReason::kCallback && !CallFits(job, *result)) {
-          // No budget or context left for the call: the text as it is, cut for length.
-          result->stop_reason = StopReason::kMaxTokens;
-        }
-        if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
-            result->stop_reason == StopReason::kCallback) {
-          // The model opened a tool call: continue on the same session (its context reused)
-          // from the text before it and "<tool_call>\n", the call constrained to the tools.
-          job.call_opened = true;
-          job.result = std::move(*result);
-          StatusOr<int64_t> id = SubmitCall(job, r.session);
-          if (id.ok()) {
-            r.id = *id;
-            ++i;
-            continue;
-          }
-          result = id.status();
-        }
-        if (log_) {
-          const GenerateResult& last = job.call_opened && result.ok() ? *result : job.result;
-          log_(
-              result.ok()
-                  ? StrCat(job.id, ": ", job.prepared.prompt.ids.size(), " prompt tokens (",
-                           (job.call_opened ? job.result : *result).n_reused_tokens, " reused), ",
-                           (job.call_opened ? job.result.tokens.size() : 0) + result->tokens.size(),
-                           " generated, ",
-                           job.cancelled.load() ? std::string_view("the client went away")
-                                                : StopReasonName(result->stop_reason),
-                           job.call_opened ? " (a tool call)" : "", ", ",
-                           (last.prefill_us + last.decode_us) / 1000, " ms")
-                  : StrCat(job.id, ": error: ", result.status().message()));
-        }
-        if (result.ok()) {
-          const GenerateResult& first = job.call_opened ? job.result : *result;
-          metrics_->prompt_tokens.fetch_add(static_cast<int64_t>(job.prepared.prompt.ids.size()));
-          metrics_->cached_tokens.fetch_add(first.n_reused_tokens);
-          metrics_->generated_tokens.fetch_add(static_cast<int64_t>(
-              result->tokens.size() + (job.call_opened ? job.result.tokens.size() : 0)));
-          metrics_->drafted_tokens.fetch_add(result->n_drafted);
-          metrics_->accepted_draft_tokens.fetch_add(result->n_draft_accepted);
-          if (job.cancelled.load()) metrics_->cancelled.fetch_add(1);
-          {
-            std::lock_guard<std::mutex> lock(job.mu);
-            if (job.call_opened) {
-              job.call_result = std::move(*result);
-            } else {
-              job.result = std::move(*result);
-              // Auto tools: the text held back was not the start of a call after all.
-              if (job.call.has_value() && job.streamed < job.seen.size()) {
-                job.pending.append(job.seen, job.streamed);
-                job.streamed = job.seen.size();
-              }
-            }
-          }
-          FinishJob(job, Status::Ok());
-        } else {
-          FinishJob(job, result.status());
+        if (Conclude(r, engine_->Take(r.id))) {
+          ++i;  // it continues (an opened tool call)
+          continue;
         }
         Release(r.session);
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -343,9 +290,92 @@ class Scheduler {
     metrics_->running.store(static_cast<int32_t>(running_.size()));
   }
 
+  // A request's result (from Take, or from a speculative run): an auto tool call the model opened
+  // continues (true; r.id is the continuation's), else the job finishes (false; the caller
+  // releases the session).
+  bool Conclude(Running& r, StatusOr<GenerateResult> result) {
+    Job& job = *r.job;
+    if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
+        result->stop_reason == StopReason::kCallback && !CallFits(job, *result)) {
+      // No budget or context left for the call: the text as it is, cut for length.
+      result->stop_reason = StopReason::kMaxTokens;
+    }
+    if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
+        result->stop_reason == StopReason::kCallback) {
+      // The model opened a tool call: continue on the same session (its context reused)
+      // from the text before it and "<tool_call>\n", the call constrained to the tools.
+      job.call_opened = true;
+      job.result = std::move(*result);
+      StatusOr<int64_t> id = SubmitCall(job, r.session);
+      if (id.ok()) {
+        r.id = *id;
+        return true;
+      }
+      result = id.status();
+    }
+    if (log_) {
+      const GenerateResult& last = job.call_opened && result.ok() ? *result : job.result;
+      log_(result.ok()
+               ? StrCat(job.id, ": ", job.prepared.prompt.ids.size(), " prompt tokens (",
+                        (job.call_opened ? job.result : *result).n_reused_tokens, " reused), ",
+                        (job.call_opened ? job.result.tokens.size() : 0) + result->tokens.size(),
+                        " generated, ",
+                        job.cancelled.load() ? std::string_view("the client went away")
+                                             : StopReasonName(result->stop_reason),
+                        job.call_opened ? " (a tool call)" : "", ", ",
+                        (last.prefill_us + last.decode_us) / 1000, " ms")
+               : StrCat(job.id, ": error: ", result.status().message()));
+    }
+    if (result.ok()) {
+      const GenerateResult& first = job.call_opened ? job.result : *result;
+      metrics_->prompt_tokens.fetch_add(static_cast<int64_t>(job.prepared.prompt.ids.size()));
+      metrics_->cached_tokens.fetch_add(first.n_reused_tokens);
+      metrics_->generated_tokens.fetch_add(static_cast<int64_t>(
+          result->tokens.size() + (job.call_opened ? job.result.tokens.size() : 0)));
+      metrics_->drafted_tokens.fetch_add(result->n_drafted);
+      metrics_->accepted_draft_tokens.fetch_add(result->n_draft_accepted);
+      if (job.cancelled.load()) metrics_->cancelled.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(job.mu);
+        if (job.call_opened) {
+          job.call_result = std::move(*result);
+        } else {
+          job.result = std::move(*result);
+          // Auto tools: the text held back was not the start of a call after all.
+          if (job.call.has_value() && job.streamed < job.seen.size()) {
+            job.pending.append(job.seen, job.streamed);
+            job.streamed = job.seen.size();
+          }
+        }
+      }
+      FinishJob(job, Status::Ok());
+    } else {
+      FinishJob(job, result.status());
+    }
+    return false;
+  }
+
+  // A request with a drafter (--spec, one session): speculative decoding runs on this thread
+  // (the engine batches plain decoding only), its text streamed as it comes.
+  void RunSpeculative(std::shared_ptr<Job> job, Session* session) {
+    Running r{job, session, -1};
+    StatusOr<GenerateResult> result =
+        session->GenerateUnbatched(job->prepared.prompt.ids, job->prepared.options, OnText(*job));
+    if (Conclude(r, std::move(result))) {
+      running_.push_back(std::move(r));
+      return;
+    }
+    Release(session);
+  }
+
   // Starts `job` on `session`: its text streamed (auto tools: watched for a call; a forced call:
   // not streamed, the response carries it whole).
   StatusOr<int64_t> Submit(Job& job, Session* session) {
+    return engine_->Submit(session, job.prepared.prompt.ids, job.prepared.options, OnText(job));
+  }
+
+  // The stream callback of `job`'s request.
+  StreamCallback OnText(Job& job) {
     Job* j = &job;
     StreamCallback on_text;
     if (job.forced_call) {
@@ -385,8 +415,7 @@ class Scheduler {
     } else {
       on_text = [j](std::string_view) { return !j->cancelled.load(); };
     }
-    return engine_->Submit(session, job.prepared.prompt.ids, job.prepared.options,
-                           std::move(on_text));
+    return on_text;
   }
 
   // Auto tools: the call's continuation: the prompt, the text before the call, kToolCallOpen and a
@@ -645,6 +674,10 @@ struct Server::Impl {
     ids.model = options.model_name;
     for (int32_t i = 0; i < api.n; ++i) {
       GenerateRequest g = api.generate;
+      if (!options.spec.empty() && options.spec != "none") {
+        g.spec = options.spec;
+        g.draft_max = options.draft_max;
+      }
       g.sampling.seed += static_cast<uint64_t>(i);
       StatusOr<PreparedRequest> prepared = PrepareRequest(*model, g);
       if (!prepared.ok()) {
@@ -672,6 +705,7 @@ struct Server::Impl {
       // constrained by response_format: that constraint decides the whole output).
       if (api.tool_choice == ToolChoice::kAuto && api.generate.constraint.empty()) {
         GenerateRequest call = g;
+        call.spec.clear();  // the call runs on the engine
         call.constraint = {};
         call.constraint.json_schema = api.tool_call_schema;
         call.stop.clear();
@@ -1053,6 +1087,18 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     return InvalidArgumentError("--parallel must be 1 to 256, got ", options.parallel);
   }
   if (options.queue_limit < 0) return InvalidArgumentError("the queue limit must be >= 0");
+  if (!options.spec.empty() && options.spec != "none") {
+    GenerateRequest probe;
+    probe.spec = options.spec;
+    probe.draft_max = options.draft_max;
+    POCKET_RETURN_IF_ERROR(ParseSpec(probe).status());
+    if (options.parallel != 1) {
+      return InvalidArgumentError(
+          "--spec needs --parallel 1 (the engine batches plain decoding "
+          "only; a speculative request runs alone), got --parallel ",
+          options.parallel);
+    }
+  }
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->options = options;

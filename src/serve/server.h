@@ -39,6 +39,12 @@ struct ServeOptions {
   int32_t max_tokens = 4096;                // the most a request may ask for
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
   int32_t http_threads = 32;                // connections served at once
+  // Speculative decoding for every request (GenerateRequest::spec: "lookup", "draft:FILE",
+  // "dflash:DIR", "dflash", "auto", ...; empty or "none": off), up to draft_max tokens a pass.
+  // Needs parallel == 1: the engine batches plain decoding only, so a speculative request runs
+  // alone on the scheduler thread.
+  std::string spec;
+  int32_t draft_max = 8;
   // Adapters a request may pick by name ("model": "MODEL:NAME" or "lora": "NAME").
   std::vector<std::pair<std::string, AdapterSet>> adapters;
   // One line per finished request (id, tokens, finish reason, seconds); null: none.

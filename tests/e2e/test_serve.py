@@ -512,6 +512,36 @@ class ServeTest(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
+    def test_speculative_decoding(self):
+        """--spec: every request drafted and verified (prompt lookup here), the same greedy text
+        as plain decoding (`pocket run`), streamed or not; the drafted tokens in /metrics."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        p = subprocess.run([POCKET, "serve", "-m", model, "--port", "0", "--parallel", "2",
+                            "--spec", "lookup"], capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--parallel 1", p.stderr)
+        server = Server("-m", model, "--parallel", "1", "--spec", "lookup", "-t", "2")
+        try:
+            prompt = "one two three four five six " * 6
+            want = json.loads(pocket("run", "-m", model, "-t", "2", "-p", prompt, "-n", "40",
+                                     "--temp", "0", "--json").stdout)["text"]
+            body = {"model": server.model, "prompt": prompt, "max_tokens": 40, "temperature": 0}
+            status, _, data = server.request("POST", "/v1/completions", body)
+            self.assertEqual(status, 200, data)
+            self.assertEqual(json.loads(data)["choices"][0]["text"], want)
+            status, _, data = server.request("POST", "/v1/completions", {**body, "stream": True})
+            events = [e[len("data: "):] for e in data.decode().split("\n\n") if e]
+            self.assertEqual(events[-1], "[DONE]")
+            self.assertEqual("".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]),
+                             want)
+            status, _, data = server.request("GET", "/metrics")
+            drafted = [l for l in data.decode().splitlines()
+                       if l.startswith("pocket_draft_tokens_total ")]
+            self.assertGreater(float(drafted[0].split()[1]), 0, data)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
     def test_short_soak(self):
         """scripts/serve-load.py for a few seconds (CI's short version of the 10-minute soak):
         8 clients mixing streamed, whole, schema, scoring, disconnecting and malformed requests;
