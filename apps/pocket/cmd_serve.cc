@@ -66,8 +66,7 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--http-threads", f->serve.http_threads, "connections served at once")
       ->capture_default_str();
   SetExamples(app,
-              {"pocket serve -m model.pocket",
-               "pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
+              {"pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
                "pocket serve -m model.pocket --lora reviews=reviews.pocket --lora tags=tags/:0.5",
                "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
                "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
