@@ -1,7 +1,9 @@
 // pocket serve: the OpenAI-compatible server (src/serve). SIGTERM and SIGINT stop it: it stops
-// accepting, cancels the requests still running, and exits 0.
+// accepting, lets the requests in flight finish (--drain-timeout; a second signal cancels them),
+// saves the sessions (--session-dir) and exits 0.
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +27,7 @@ Command AddServeCommand(CLI::App& root) {
     serve::ServeOptions serve;
     std::string api_key_file, alias, kv_budget;
     std::vector<std::string> lora;  // NAME=FILE|DIR[:SCALE]
+    int32_t drain_timeout = 30;     // seconds
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "the model to serve")->required();
@@ -58,6 +61,14 @@ Command AddServeCommand(CLI::App& root) {
                   "cap on KV cache bytes (e.g. 256M; sessions beyond it are saved to disk)");
   app->add_option("--swap-dir", f->serve.swap_dir,
                   "where sessions are saved under --kv-budget (default: the temp directory)");
+  app->add_option("--session-dir", f->serve.session_dir,
+                  "save each session's conversation here on SIGTERM and load it at start, so "
+                  "clients continue where they were without evaluating it again");
+  app->add_option("--drain-timeout", f->drain_timeout,
+                  "seconds SIGTERM lets the requests in flight finish before it cancels them (a "
+                  "second signal cancels them at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
   app->add_option("--max-tokens", f->serve.max_tokens,
                   "the most tokens a request may generate (and chat's default)")
       ->capture_default_str();
@@ -65,12 +76,12 @@ Command AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--http-threads", f->serve.http_threads, "connections served at once")
       ->capture_default_str();
-  SetExamples(app,
-              {"pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
-               "pocket serve -m model.pocket --lora reviews=reviews.pocket --lora tags=tags/:0.5",
-               "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
-               "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
-               "\"user\", \"content\": \"Hi\"}]}'"});
+  SetExamples(app, {"pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
+                    "pocket serve -m model.pocket --lora reviews=reviews.pocket --session-dir "
+                    "~/.pocket/sessions",
+                    "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
+                    "application/json' -d '{\"model\": \"model\", \"messages\": [{\"role\": "
+                    "\"user\", \"content\": \"Hi\"}]}'"});
   return {app, [=]() -> int {
             if (!f->serve.api_key.empty() && !f->api_key_file.empty()) {
               return ReportUsageError("give --api-key or --api-key-file, not both");
@@ -142,15 +153,29 @@ Command AddServeCommand(CLI::App& root) {
                          o.host.c_str(), (*server)->port(), o.model_name.c_str());
             std::fflush(stderr);
             serve::Server* s = server->get();
-            std::thread watcher([signals, s] {
+            // The first signal stops accepting and lets the requests in flight finish; a second
+            // one, or --drain-timeout, cancels them.
+            auto served_all = std::make_shared<std::atomic<bool>>(false);
+            const int32_t drain = f->drain_timeout;
+            std::thread watcher([signals, s, served_all, drain] {
               int sig = 0;
               sigwait(&signals, &sig);
-              std::fprintf(stderr, "pocket serve: %s, stopping\n",
-                           sig == SIGTERM ? "SIGTERM" : "SIGINT");
+              if (served_all->load()) return;
+              std::fprintf(stderr,
+                           "pocket serve: %s, stopping: the requests in flight finish (at most "
+                           "%d s; a second signal cancels them)\n",
+                           sig == SIGTERM ? "SIGTERM" : "SIGINT", drain);
               s->Stop();
+              const timespec wait{drain, 0};
+              const int again = sigtimedwait(&signals, nullptr, &wait);
+              if (served_all->load()) return;
+              std::fprintf(stderr, "pocket serve: %s, cancelling the requests in flight\n",
+                           again > 0 ? "a second signal" : "--drain-timeout passed");
+              s->CancelAll();
             });
             const Status served = s->Serve();
             // The watcher waits for a signal: send one to end it when the server stopped itself.
+            served_all->store(true);
             pthread_kill(watcher.native_handle(), SIGTERM);
             watcher.join();
             server->reset();

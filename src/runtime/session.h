@@ -180,6 +180,13 @@ class Session {
   StatusOr<std::string> Load(const std::string& path, uint64_t max_user_data_bytes = UINT64_MAX,
                              uint64_t* user_data_bytes = nullptr);
 
+  // Offers the context to the prefix cache (SessionOptions::prefix_cache; none: nothing), so that
+  // other sessions whose prompts start with it copy its keys and values: pocket serve does so
+  // with the conversations it loads at start.
+  void ShareWithPrefixCache() {
+    StorePrefix(history_);
+  }
+
   // Forgets the context and frees its KV pages: memory back to the system.
   void Reset() {
     ResetKeepingPages();

@@ -1,11 +1,16 @@
 #include "serve/server.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -60,6 +65,66 @@ struct Job {
 };
 
 constexpr auto kFlushInterval = std::chrono::milliseconds(40);
+// How often a handler waiting for a whole (non-streamed) response checks that its client is there.
+constexpr auto kAlivePollInterval = std::chrono::milliseconds(20);
+
+// The numeric host and port of a socket's own (peer: the other end's) address, as cpp-httplib
+// writes them into a Request; false when fd is not a connected IP socket.
+bool SocketAddress(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  const int r = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                     : getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (r != 0 || (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) return false;
+  char h[NI_MAXHOST];
+  char p[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, h, sizeof(h), p, sizeof(p),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return false;
+  }
+  host = h;
+  port = std::atoi(p);
+  return true;
+}
+
+// The socket of a request's connection, or -1. cpp-httplib 0.11 (Debian 12's) does not hand it to
+// handlers, so it is found among the process's descriptors by its two addresses, unique to the
+// connection while its handler runs (the handler's thread owns the socket until it returns).
+int ConnectionSocket(const httplib::Request& req) {
+  auto matches = [&](int fd) {
+    std::string host;
+    int port = -1;
+    return SocketAddress(fd, /*peer=*/true, host, port) && port == req.remote_port &&
+           host == req.remote_addr && SocketAddress(fd, /*peer=*/false, host, port) &&
+           port == req.local_port && host == req.local_addr;
+  };
+  if (DIR* dir = opendir("/proc/self/fd")) {  // Linux and Android: only the open descriptors
+    int found = -1;
+    while (const dirent* e = readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      if (e->d_name[0] != '.' && fd != dirfd(dir) && matches(fd)) {
+        found = fd;
+        break;
+      }
+    }
+    closedir(dir);
+    return found;
+  }
+  for (int fd = 0; fd < 4096; ++fd) {
+    if (matches(fd)) return fd;
+  }
+  return -1;
+}
+
+// Whether the client closed (or reset) the connection: a read that would return end-of-file. Reads
+// nothing (a request the client pipelined stays for the next handler).
+bool PeerClosed(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n == 0) return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
 
 void FinishJob(Job& job, Status status) {
   std::lock_guard<std::mutex> lock(job.mu);
@@ -172,15 +237,18 @@ class Scheduler {
     return Status::Ok();
   }
   void Wake() { cv_.notify_one(); }
-  // Cancels what runs, fails what waits, and ends the thread.
+  // Cancels what runs, fails what waits, and ends the thread. Any thread, any number of times.
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       cv_.notify_one();
     }
+    std::lock_guard<std::mutex> lock(join_mu_);
     if (thread_.joinable()) thread_.join();
   }
+  // The sessions, for saving them: only after Stop().
+  const std::vector<std::unique_ptr<Session>>& sessions() const { return sessions_; }
   int32_t queued() {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int32_t>(queue_.size());
@@ -460,6 +528,7 @@ class Scheduler {
   const int32_t queue_limit_;
   std::function<void(std::string_view)> log_;
   Metrics* metrics_;
+  std::mutex join_mu_;  // Stop() from two threads joins once
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
@@ -741,13 +810,22 @@ struct Server::Impl {
     }
     if (Status q = scheduler->Enqueue(jobs); !q.ok()) return SendError(res, ErrorFromStatus(q));
     if (!api.stream) {
+      // A whole response: its client is watched while the jobs run, and one that goes away
+      // cancels them (the scheduler stops them within a step).
+      const int fd = ConnectionSocket(req);
+      bool gone = false;
       std::vector<Choice> choices;
       Usage usage;
       for (size_t i = 0; i < jobs.size(); ++i) {
         Job& job = *jobs[i];
         {
           std::unique_lock<std::mutex> lock(job.mu);
-          job.cv.wait(lock, [&] { return job.finished; });
+          while (!job.cv.wait_for(lock, kAlivePollInterval, [&] { return job.finished; })) {
+            if (gone || fd < 0 || !PeerClosed(fd)) continue;
+            gone = true;
+            for (auto& other : jobs) other->cancelled.store(true);
+            scheduler->Wake();
+          }
         }
         if (!job.status.ok()) {
           for (auto& other : jobs) other->cancelled.store(true);
@@ -1071,6 +1149,59 @@ struct Server::Impl {
   }
 };
 
+namespace {
+
+std::string SessionPath(const std::string& dir, size_t slot) {
+  return StrCat(dir, "/slot-", slot, ".session");
+}
+
+// The contexts a previous run saved (SaveSessions), one per slot, offered to the prefix cache. A
+// file that does not load (another model, a context too small, damage) is skipped with a line in
+// the log: the server starts either way.
+void LoadSessions(const ServeOptions& options, std::vector<std::unique_ptr<Session>>& sessions) {
+  int32_t loaded = 0;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const std::string path = SessionPath(options.session_dir, i);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;
+    StatusOr<std::string> r = sessions[i]->Load(path, /*max_user_data_bytes=*/0);
+    if (!r.ok()) {
+      if (options.log) options.log(StrCat("skipping a saved session: ", r.status().message()));
+      continue;
+    }
+    sessions[i]->ShareWithPrefixCache();
+    ++loaded;
+  }
+  if (options.log && loaded > 0) {
+    options.log(StrCat("loaded ", loaded, " sessions from ", options.session_dir));
+  }
+}
+
+// Each slot's context, with the base model's weights (a session an adapter served last is not
+// saved: its conversation is the adapter's), or no file when it holds none.
+Status SaveSessions(const ServeOptions& options,
+                    const std::vector<std::unique_ptr<Session>>& sessions) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.session_dir, ec);
+  if (ec) {
+    return IoError("cannot create --session-dir ", options.session_dir, ": ", ec.message());
+  }
+  int32_t saved = 0;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const std::string path = SessionPath(options.session_dir, i);
+    if (sessions[i]->history().empty() || !sessions[i]->adapters().empty()) {
+      std::filesystem::remove(path, ec);  // not a context of an older run either
+      continue;
+    }
+    POCKET_RETURN_IF_ERROR(sessions[i]->Save(path));
+    ++saved;
+  }
+  if (options.log) options.log(StrCat("saved ", saved, " sessions to ", options.session_dir));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() {
   Stop();
@@ -1122,6 +1253,7 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     sessions.push_back(std::move(s));
   }
   impl->options.n_ctx = sessions.front()->n_ctx();  // clamped to the model's
+  if (!options.session_dir.empty()) LoadSessions(options, sessions);
   impl->scheduler =
       std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
                                   options.queue_limit, options.log, &impl->metrics, model);
@@ -1153,11 +1285,18 @@ Status Server::Serve() {
     if (impl_->http.is_running()) return InternalError("the HTTP server stopped unexpectedly");
   }
   impl_->scheduler->Stop();
+  if (!impl_->options.session_dir.empty()) {
+    POCKET_RETURN_IF_ERROR(SaveSessions(impl_->options, impl_->scheduler->sessions()));
+  }
   return Status::Ok();
 }
 
 void Server::Stop() {
   impl_->http.stop();
+}
+
+void Server::CancelAll() {
+  impl_->scheduler->Stop();
 }
 
 }  // namespace pocket::serve

@@ -34,8 +34,12 @@ struct ServeOptions {
   int32_t n_ctx = 4096;      // each session's context
   int32_t n_batch = 512;     // prefill chunk
   KvType kv_type = KvType::kF16;
-  size_t kv_budget_bytes = 0;               // 0: none (EngineOptions::kv_budget_bytes)
-  std::string swap_dir;                     // where sessions are saved under a budget
+  size_t kv_budget_bytes = 0;  // 0: none (EngineOptions::kv_budget_bytes)
+  std::string swap_dir;        // where sessions are saved under a budget
+  // Where each session's context (the conversation it served last) is saved when the server
+  // stops (slot-N.session) and loaded from when it starts, shared through the prefix cache;
+  // empty: none.
+  std::string session_dir;
   int32_t max_tokens = 4096;                // the most a request may ask for
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
   int32_t http_threads = 32;                // connections served at once
@@ -58,10 +62,15 @@ class Server {
   // Binds host:port (Unavailable naming them when it cannot).
   Status Bind();
   int port() const;
-  // Serves until Stop(): then stops accepting, cancels the requests still running, and returns.
+  // Serves until Stop(): then lets the requests in flight finish, saves the sessions
+  // (ServeOptions::session_dir) and returns.
   Status Serve();
+  // Stops accepting connections; the requests in flight finish (a drain), then Serve() returns.
   // Thread-safe; not from a signal handler.
   void Stop();
+  // Cancels the requests in flight and those queued (they end with what they have), for a drain
+  // that must not wait longer. Thread-safe.
+  void CancelAll();
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

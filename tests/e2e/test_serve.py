@@ -426,19 +426,118 @@ class ServeTest(unittest.TestCase):
                 got += more
             self.assertTrue(got.startswith(b"HTTP/1.1 200"), got)
             sock.close()
+            self.wait_for_log(server, "client went away", 1)
+            # One that asked for a whole response and leaves before it comes: cancelled as well
+            # (the server watches the connection while the request runs).
+            sock = socket.create_connection((server.host, server.port))
+            payload = json.dumps({**body(98, False), "max_tokens": 2000,
+                                  "ignore_eos": True}).encode()
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: " +
+                         str(len(payload)).encode() + b"\r\n\r\n" + payload)
             deadline = time.time() + 60
-            while time.time() < deadline:
-                status, _, data = server.request("GET", "/health")
-                self.assertEqual(status, 200)
-                time.sleep(0.5)
-                if any("client went away" in line for line in self.drain(server)):
-                    break
+            while not any("pocket_requests_running 1" in l for l in
+                          server.request("GET", "/metrics")[2].decode().splitlines()):
+                self.assertLess(time.time(), deadline)
+            sock.close()
+            self.wait_for_log(server, "client went away", 2)
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
         lines = [l for l in server.log if "client went away" in l]
-        self.assertEqual(len(lines), 1, "".join(server.log))
-        generated = int(re.search(r"(\d+) generated", lines[0]).group(1))
-        self.assertLess(generated, 1500, lines[0])
+        self.assertEqual(len(lines), 2, "".join(server.log))
+        for line, asked in zip(lines, (1500, 2000)):
+            generated = int(re.search(r"(\d+) generated", line).group(1))
+            self.assertLess(generated, asked, line)
+
+    def wait_for_log(self, server, text, count):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            status, _, _ = server.request("GET", "/health")
+            self.assertEqual(status, 200)
+            if sum(text in line for line in self.drain(server)) >= count:
+                return
+            time.sleep(0.5)
+        self.fail(f"no {count} lines with {text!r}: {''.join(server.log)}")
+
+    def test_sigterm_drains_and_saves_sessions(self):
+        """SIGTERM: the request in flight finishes, the sessions are saved, exit 0; the next
+        server loads them and a client continuing its conversation finds it cached. With
+        --drain-timeout, a request that would run on is cancelled instead."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        sessions = work_path("serve-sessions")
+        if os.path.isdir(sessions):
+            for f in os.listdir(sessions):
+                os.remove(os.path.join(sessions, f))
+        chat = {"messages": [{"role": "system", "content": "You answer questions about ships. " * 12},
+                             {"role": "user", "content": "How long is a knot?"}],
+                "max_tokens": 1500, "temperature": 0, "ignore_eos": True}
+        args = ("-m", model, "--parallel", "2", "-t", "2", "-c", "2048", "--session-dir", sessions)
+        server = Server(*args)
+        result = {}
+
+        def ask():
+            result["response"] = server.request("POST", "/v1/chat/completions",
+                                                 {**chat, "model": server.model})
+
+        asking = threading.Thread(target=ask)
+        try:
+            asking.start()
+            deadline = time.time() + 60
+            while not any("pocket_requests_running 1" in l for l in
+                          server.request("GET", "/metrics")[2].decode().splitlines()):
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.05)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+        asking.join()
+        status, _, data = result["response"]
+        self.assertEqual(status, 200, data)
+        first = json.loads(data)
+        self.assertEqual(first["usage"]["completion_tokens"], 1500, "the drain cut the request")
+        self.assertTrue(any("saved 1 sessions" in l for l in server.log), "".join(server.log))
+        self.assertTrue(os.path.isfile(os.path.join(sessions, "slot-1.session")) or
+                        os.path.isfile(os.path.join(sessions, "slot-0.session")))
+
+        server = Server(*args)
+        try:
+            self.assertTrue(any("loaded 1 sessions" in l for l in server.log), "".join(server.log))
+            status, _, data = server.request("POST", "/v1/chat/completions",
+                                             {**chat, "model": server.model})
+            self.assertEqual(status, 200, data)
+            again = json.loads(data)
+            self.assertEqual(again["choices"][0]["message"]["content"],
+                             first["choices"][0]["message"]["content"])
+            cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+            self.assertGreater(cached, 32, again["usage"])
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+        # --drain-timeout 0: the request in flight is cancelled at SIGTERM.
+        server = Server("-m", model, "--parallel", "1", "-t", "2", "-c", "2048",
+                        "--drain-timeout", "0")
+        result.clear()
+        long_chat = {**chat, "max_tokens": 1800}
+        asking = threading.Thread(target=lambda: result.update(
+            response=server.request("POST", "/v1/chat/completions",
+                                    {**long_chat, "model": server.model})))
+        try:
+            asking.start()
+            deadline = time.time() + 60
+            while not any("pocket_requests_running 1" in l for l in
+                          server.request("GET", "/metrics")[2].decode().splitlines()):
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.05)
+        finally:
+            started = time.time()
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+        asking.join()
+        self.assertLess(time.time() - started, 30)
+        status, _, data = result["response"]
+        self.assertEqual(status, 200, data)
+        self.assertLess(json.loads(data)["usage"]["completion_tokens"], 1800)
+        self.assertTrue(any("--drain-timeout passed" in l for l in server.log), "".join(server.log))
 
     def test_scoring_classifying_and_adapters(self):
         """/v1/score and /v1/classify against `pocket score` (the same numbers), and an adapter
