@@ -8,6 +8,10 @@ packages=(
   g++ cmake ninja-build pkg-config git            # build
   libutf8proc-dev nlohmann-json3-dev libcli11-dev  # core and CLI dependencies
   libcpp-httplib-dev                               # pocket serve (HTTP)
+  libpocketsphinx-dev pocketsphinx-en-us           # pocket voice: speech recognition,
+  flite1-dev libespeak-ng-dev                      # speech synthesis,
+  libwebrtc-audio-processing-dev                   # voice activity detection,
+  libsndfile1-dev                                  # WAV files
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
   python3-jsonschema                               # independent check of constrained outputs
