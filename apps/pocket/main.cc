@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
   commands.push_back(AddDrafterLogitsCommand(app));
   commands.push_back(AddMakeAdapterCommand(app));
   commands.push_back(AddServeCommand(app));
+  commands.push_back(AddVoiceCommand(app));
   // After the subcommands: a footer set earlier would be inherited by each of them.
   SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
                      "pocket chat -m model.pocket",

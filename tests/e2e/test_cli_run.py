@@ -94,7 +94,7 @@ class Usage(unittest.TestCase):
                          "--json-schema-file")
 
     def test_help_has_examples_and_descriptions(self):
-        for command in ("run", "chat", "serve"):
+        for command in ("run", "chat", "serve", "voice"):
             p = run([command, "--help"])
             self.assertEqual(p.returncode, 0)
             self.assertIn("Examples:", p.stdout)

@@ -1,0 +1,155 @@
+"""pocket voice (issue 17): scripted spoken conversations through Debian's WebRTC VAD,
+pocketsphinx, flite and espeak-ng, on the virtual clock (deterministic, faster than real time).
+The real-time acceptance run with the pocket-0.3b package is scripts/voice-bench.sh."""
+import json
+import os
+import unittest
+import wave
+
+import numpy as np
+
+from harness import SOURCE_DIR, STORIES, STORIES_TOK, main_unittest, pocket, work_path
+
+SANITIZED = os.environ.get("POCKET_SANITIZED") == "1"
+ACCEPTANCE = os.path.join(SOURCE_DIR, "tests", "voice", "acceptance.script")
+SMOKE = os.path.join(SOURCE_DIR, "tests", "voice", "smoke.script")
+
+
+def voice(script, *extra, timeout=1200):
+    p = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--script", script,
+               "--virtual-clock", "-t", "2", "--json", *extra, timeout=timeout)
+    return json.loads(p.stdout)
+
+
+def write_wav(path, samples, rate, width=2):
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        if width == 2:
+            w.writeframes(np.asarray(samples, dtype="<i2").tobytes())
+        else:
+            w.writeframes(np.asarray(samples, dtype=np.uint8).tobytes())
+
+
+def read_wav(path):
+    with wave.open(path, "rb") as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2"), w.getframerate()
+
+
+class VoiceTest(unittest.TestCase):
+    def test_scripted_conversation_is_deterministic(self):
+        """The acceptance script (20 turns, 5 barge-ins) twice on the virtual clock: the same
+        trace, faster than real time, every barge-in taken, the recognizer's WER within 10%, the
+        samples reconciled, readable replies from stories260K. Sanitized builds: the smoke
+        script."""
+        script = SMOKE if SANITIZED else ACCEPTANCE
+        out = work_path("voice-played.wav")
+        a = voice(script, "-o", out)
+        b = voice(script)
+        self.assertEqual(a["trace"], b["trace"], "the virtual clock run is not deterministic")
+        n_turns = 3 if SANITIZED else 20
+        n_barge = 1 if SANITIZED else 5
+        self.assertEqual(a["turns"], n_turns, a["heard"])
+        self.assertEqual(a["scripted_barge_ins"], n_barge)
+        self.assertEqual(a["barge_ins"], n_barge)
+        self.assertLess(a["wall_s"], a["conversation_s"], "slower than real time")
+        self.assertLessEqual(a["asr_wer"], 0.10, a["heard"])
+        self.assertTrue(a["samples_reconcile"])
+        self.assertEqual(a["samples_played"] + a["samples_dropped"], a["samples_synthesized"])
+        self.assertGreater(a["samples_dropped"], 0)
+        # Barge-in: playback stops within the endpointer's start window (100 ms).
+        self.assertLessEqual(a["barge_in_ms_p50"], 150)
+        # The WAV is the conversation's timeline at 16 kHz, holding exactly what was played.
+        played, rate = read_wav(out)
+        self.assertEqual(rate, 16000)
+        self.assertAlmostEqual(len(played) / rate, a["conversation_s"], delta=0.02)
+        self.assertGreaterEqual(len(played), a["samples_played"])
+        events = [e["event"] for e in a["trace"]]
+        for name in ("speech_start", "speech_end", "asr_partial", "asr_final", "first_token",
+                     "segment", "first_audio", "barge_in", "reply_end"):
+            self.assertIn(name, events)
+        times = [e["t_ms"] for e in a["trace"]]
+        self.assertEqual(times, sorted(times), "the trace is not in time order")
+        # stories260K writes English: most of each reply's words are real words.
+        words = " ".join(a["replies"]).split()
+        self.assertGreater(len(words), 30)
+        common = {"the", "a", "was", "he", "she", "to", "and", "it", "day", "one", "said", "with",
+                  "her", "his", "they", "play", "big", "little", "saw", "time", "upon", "once"}
+        self.assertGreater(sum(w.strip('.,!?"').lower() in common for w in words) / len(words),
+                           0.2, a["replies"])
+        # A reply interrupted keeps only what was played: less than the text its turn generated.
+        generated = {}
+        for e in a["trace"]:
+            if e["event"] == "segment":
+                generated[e["turn"]] = generated.get(e["turn"], "") + e["text"]
+        interrupted = 0
+        for i, e in enumerate(a["trace"]):
+            if e["event"] == "barge_in":
+                self.assertGreater(e["dropped"], 0)
+                end = next(x for x in a["trace"][i:] if x["event"] == "reply_end")
+                self.assertLess(len(end["played"].replace(" ", "")),
+                                len(generated.get(end["turn"], "").replace(" ", "")))
+                interrupted += 1
+        self.assertEqual(interrupted, n_barge)
+
+    def test_robustness(self):
+        """Silence only, noise only, clipped speech, another rate, a file that is not audio."""
+        folder = work_path("voice-robust")
+        os.makedirs(folder, exist_ok=True)
+        fixtures = os.path.join(folder, "fixtures")
+        with open(os.path.join(folder, "one.script"), "w") as f:
+            f.write("noise off\nat 0.2: please set a timer for ten minutes\n")
+        voice(os.path.join(folder, "one.script"), "--fixtures", fixtures)
+        speech, rate = read_wav(os.path.join(fixtures, "turn-01.wav"))
+        self.assertEqual(rate, 16000)
+        rng = np.random.default_rng(3)
+        write_wav(os.path.join(folder, "silence.wav"), np.zeros(16000 * 3), 16000)
+        write_wav(os.path.join(folder, "noise.wav"),
+                  rng.normal(0, 32768 * 10 ** (-50 / 20), 16000 * 3), 16000)
+        write_wav(os.path.join(folder, "clipped.wav"),
+                  np.clip(speech.astype(np.int64) * 4, -32768, 32767), 16000)
+        # The same speech at 44.1 kHz (band-limited: zero-padded spectrum; pocket resamples it
+        # on reading) and as 8-bit PCM.
+        n_out = int(len(speech) * 44100 / 16000)
+        spectrum = np.fft.rfft(speech.astype(np.float64))
+        padded = np.zeros(n_out // 2 + 1, dtype=complex)
+        padded[:len(spectrum)] = spectrum
+        up = np.fft.irfft(padded, n_out) * (n_out / len(speech))
+        write_wav(os.path.join(folder, "rate44k.wav"), np.clip(np.round(up), -32768, 32767), 44100)
+        write_wav(os.path.join(folder, "pcm8.wav"),
+                  (speech.astype(np.int64) // 256 + 128).clip(0, 255), 16000, width=1)
+        with open(os.path.join(folder, "text.wav"), "w") as f:
+            f.write("not audio at all\n")
+
+        def one(name, file, text="please set a timer for ten minutes"):
+            path = os.path.join(folder, f"{name}.script")
+            with open(path, "w") as f:
+                f.write(f"at 0.2: [{file}] {text}\n")
+            return path
+
+        quiet = voice(one("silence", "silence.wav"))
+        self.assertEqual(quiet["turns"], 0)
+        self.assertEqual(quiet["samples_synthesized"], 0)
+        noisy = voice(one("noise", "noise.wav"))
+        self.assertEqual(noisy["turns"], 0, noisy["heard"])
+        for name in ("clipped", "rate44k", "pcm8"):
+            r = voice(one(name, f"{name}.wav"))
+            self.assertEqual(r["turns"], 1, (name, r["heard"]))
+            self.assertLessEqual(r["asr_wer"], 0.35, (name, r["heard"]))
+            self.assertTrue(r["samples_reconcile"])
+        bad = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--script",
+                     one("text", "text.wav"), "--virtual-clock", check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("text.wav", bad.stderr)
+        # Script errors name the file and line.
+        with open(os.path.join(folder, "broken.script"), "w") as f:
+            f.write("noise -60\nwhen 1: hello\n")
+        bad = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--script",
+                     os.path.join(folder, "broken.script"), "--virtual-clock", check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("broken.script:2", bad.stderr)
+
+
+if __name__ == "__main__":
+    main_unittest()
