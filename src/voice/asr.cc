@@ -92,8 +92,11 @@ StatusOr<std::unique_ptr<Recognizer>> CreatePocketSphinx(const PocketSphinxOptio
                            " (Debian: apt install pocketsphinx-en-us)");
     }
   }
+  // One pass (-fwdflat no): the flat second pass runs at the utterance's end over all of it,
+  // seconds on a busy phone-class core, where the tree pass has kept up as the audio came.
   cmd_ln_t* config = cmd_ln_init(nullptr, ps_args(), TRUE, "-hmm", hmm.c_str(), "-lm", lm.c_str(),
-                                 "-dict", dict.c_str(), "-logfn", "/dev/null", nullptr);
+                                 "-dict", dict.c_str(), "-logfn", "/dev/null", "-fwdflat",
+                                 options.second_pass ? "yes" : "no", nullptr);
   if (config == nullptr) return InternalError("pocketsphinx rejected its configuration");
   ps_decoder_t* ps = ps_init(config);
   if (ps == nullptr) {

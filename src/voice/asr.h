@@ -32,6 +32,9 @@ struct PocketSphinxOptions {
   // Decoded once at creation, so that the first utterance starts with adapted cepstral means
   // like the later ones (16 kHz mono; empty: none).
   std::span<const int16_t> warm_up;
+  // pocketsphinx's flat second pass at the end of each utterance: a little more accurate, but it
+  // decodes the whole utterance again when the user stops speaking.
+  bool second_pass = false;
 };
 
 StatusOr<std::unique_ptr<Recognizer>> CreatePocketSphinx(const PocketSphinxOptions& options);

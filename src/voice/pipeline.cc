@@ -99,8 +99,11 @@ struct VoicePipeline::Impl {
     PreparedRequest prepared;
   } work;
 
+  // The pipeline's clock: when the frame Tick handles now was captured whole ((n + 1) * 10 ms
+  // for frame n). Virtual: exactly that. Real: the wall clock, started so that the first Tick
+  // comes at 10 ms (the app calls Tick as each frame is captured).
   double Now() const {
-    if (options.virtual_clock) return static_cast<double>(frames) * kFrameMs;
+    if (options.virtual_clock) return static_cast<double>(frames + 1) * kFrameMs;
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
   }
@@ -133,7 +136,9 @@ struct VoicePipeline::Impl {
     }
     if (cancel.load()) {
       w.to_speak.clear();
-      if (!w.generated) session->Cancel();  // this thread steps the engine: no race with its end
+      // Only while the request runs (this thread steps the engine, so it cannot end meanwhile):
+      // a cancel left on the session would stop the next turn's request at once.
+      if (!w.generated && !engine->done(w.id)) session->Cancel();
     }
     if (!w.to_speak.empty()) {
       Segment seg = std::move(w.to_speak.front());
@@ -332,8 +337,8 @@ struct VoicePipeline::Impl {
       ++stats.barge_ins;
     }
     cv.notify_all();
-    // Playback stopped with the last frame Tick handed out: the end of the previous frame.
-    const double stopped = static_cast<double>(frames) * kFrameMs;
+    // Playback stops now: Tick hands out silence from this frame on.
+    const double stopped = Now();
     stats.barge_in_ms.push_back(stopped - first_voiced_ms);
     Emit({{"event", "barge_in"}, {"latency_ms", stopped - first_voiced_ms}, {"dropped", dropped}},
          Now());
@@ -389,14 +394,14 @@ struct VoicePipeline::Impl {
       return InvalidArgumentError("a frame is ", kFrameSamples, " samples (10 ms at 16 kHz), got ",
                                   in.size());
     }
-    const double frame_ms = static_cast<double>(frames) * kFrameMs;
+    if (frames == 0) start = std::chrono::steady_clock::now() - std::chrono::milliseconds(10);
     POCKET_ASSIGN_OR_RETURN(const bool voiced, vad->IsVoice(in));
     const VadEvent event = endpointer.Push(voiced);
     preroll.emplace_back(in.begin(), in.end());
     if (preroll.size() > kPrerollFrames) preroll.pop_front();
     if (event == VadEvent::kSpeechStart) {
       const double first_voiced = static_cast<double>(endpointer.speech_start_frame()) * kFrameMs;
-      Emit({{"event", "speech_start"}, {"first_voiced_ms", first_voiced}}, frame_ms);
+      Emit({{"event", "speech_start"}, {"first_voiced_ms", first_voiced}}, Now());
       BargeIn(first_voiced);
       // Recognized from its first frame: the frames kept since before the start went in first.
       POCKET_RETURN_IF_ERROR(asr->Start());
@@ -408,11 +413,11 @@ struct VoicePipeline::Impl {
       for (size_t i = skip; i < preroll.size(); ++i) POCKET_RETURN_IF_ERROR(asr->Push(preroll[i]));
     } else if (in_utterance) {
       POCKET_RETURN_IF_ERROR(asr->Push(in));
-      if (frame_ms - last_partial_ms >= 250) {
-        last_partial_ms = frame_ms;
+      if (Now() - last_partial_ms >= 250) {
+        last_partial_ms = Now();
         std::string partial = asr->Partial();
         if (!partial.empty() && partial != last_partial) {
-          Emit({{"event", "asr_partial"}, {"text", partial}}, frame_ms);
+          Emit({{"event", "asr_partial"}, {"text", partial}}, Now());
           last_partial = std::move(partial);
         }
       }
@@ -420,7 +425,7 @@ struct VoicePipeline::Impl {
     if (event == VadEvent::kSpeechEnd) {
       Emit({{"event", "speech_end"},
             {"last_voiced_ms", static_cast<double>(endpointer.last_voiced_frame() + 1) * kFrameMs}},
-           frame_ms);
+           Now());
       EndUtterance();
       last_partial.clear();
     }

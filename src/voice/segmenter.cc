@@ -72,6 +72,8 @@ size_t Segmenter::FindCut(bool final) const {
   const std::string_view t = text_;
   const bool first = emitted_ == 0;
   const int32_t comma_chars = first ? options_.first_min_chars : options_.comma_chars;
+  const int32_t max_chars =
+      first ? std::min(options_.first_max_chars, options_.max_chars) : options_.max_chars;
   int32_t chars = 0;  // code points since start_
   int32_t words = 0;
   bool in_word = false;
@@ -111,7 +113,7 @@ size_t Segmenter::FindCut(bool final) const {
       if (IsWide(next) && !IsSpace(next)) return k;
       if (!IsSpace(next)) {
         // 3.14, U.S, example.com: inside a word.
-        if (chars >= options_.max_chars && last_space != kNone) return last_space;
+        if (chars >= max_chars && last_space != kNone) return last_space;
         continue;
       }
       if (dots) {
@@ -157,7 +159,7 @@ size_t Segmenter::FindCut(bool final) const {
         if (IsSpace(next) || IsWide(next)) return k;  // not 1,000 or 10:30
       }
     }
-    if (chars >= options_.max_chars) {
+    if (chars >= max_chars) {
       // Too long without a place to cut: at the last space, or (text without spaces) here,
       // between two characters.
       return last_space != kNone ? last_space : i + len;

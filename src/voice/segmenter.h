@@ -21,6 +21,7 @@ namespace pocket::voice {
 struct SegmenterOptions {
   int32_t first_min_chars = 12;  // the first segment ends at a comma once this long
   int32_t first_max_words = 6;   // ... or after this many words
+  int32_t first_max_chars = 40;  // ... or at a space (or anywhere) once this long
   int32_t comma_chars = 60;      // later segments end at a comma once this long
   int32_t max_chars = 160;       // any segment ends at a space (or anywhere) once this long
 };

@@ -28,6 +28,7 @@ SegmenterOptions NoEarlyFirst(int32_t comma_chars = SegmenterOptions{}.comma_cha
   o.comma_chars = comma_chars;
   o.first_min_chars = comma_chars;
   o.first_max_words = 1000;
+  o.first_max_chars = o.max_chars;
   return o;
 }
 
