@@ -101,6 +101,8 @@ Command AddVoiceCommand(CLI::App& root) {
                                 {"samples_played", s.samples_played},
                                 {"samples_dropped", s.samples_dropped},
                                 {"samples_reconcile", r->samples_reconcile},
+                                {"rss_warm_mib", r->rss_warm_mib},
+                                {"rss_end_mib", r->rss_end_mib},
                                 {"conversation_s", r->conversation_seconds},
                                 {"wall_s", r->wall_seconds},
                                 {"virtual_clock", f->virtual_clock},

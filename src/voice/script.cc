@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "base/str.h"
 #include "voice/asr.h"
 #include "voice/tts.h"
@@ -32,6 +34,15 @@ StatusOr<double> ParseSeconds(const std::string& s, const std::string& where) {
     return InvalidArgumentError(where, ": expected seconds (0 to 86400), got '", s, "'");
   }
   return v;
+}
+
+// Resident memory in MiB (0 where /proc/self/statm is not there).
+double ResidentMib() {
+  std::ifstream in("/proc/self/statm");
+  long long pages = 0;
+  long long resident = 0;
+  if (!(in >> pages >> resident)) return 0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
 }  // namespace
@@ -230,6 +241,7 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
         user_speaking = true;
         playing = 0;
         turn_start_ms[next] = t;
+        if (next == 2) result.rss_warm_mib = ResidentMib();
         first_audio_at_turn = -1;
         last_first_audio = -1;
       }
@@ -253,7 +265,8 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
     POCKET_RETURN_IF_ERROR(pipeline->Tick(frame, out));
     if (!options.capture_wav.empty())
       capture.samples.insert(capture.samples.end(), frame.begin(), frame.end());
-    played.samples.insert(played.samples.end(), out.begin(), out.end());
+    if (!options.output_wav.empty())
+      played.samples.insert(played.samples.end(), out.begin(), out.end());
     ++frames;
     if (next >= script.turns.size() && !user_speaking) {
       const double now = static_cast<double>(frames) * 10.0;
@@ -269,6 +282,7 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.conversation_seconds = static_cast<double>(frames) / 100.0;
   result.stats = pipeline->stats();
+  result.rss_end_mib = ResidentMib();
   pipeline.reset();  // the worker ends: the trace is complete
   const VoiceStats& s = result.stats;
   result.first_audio_ms_p50 = Percentile(s.first_audio_ms, 50);

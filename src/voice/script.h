@@ -57,6 +57,10 @@ struct ScriptResult {
   int64_t asr_words = 0;
   int32_t scripted_barge_ins = 0;  // barge turns that came while the assistant was speaking
   bool samples_reconcile = false;  // played + dropped == synthesized
+  // Resident memory (Linux: /proc/self/statm; 0 elsewhere) when the third turn starts (after
+  // warm-up: the model, the engines and the session's pages in use) and at the end.
+  double rss_warm_mib = 0;
+  double rss_end_mib = 0;
   double conversation_seconds = 0;
   double wall_seconds = 0;
   std::vector<std::string> trace;  // the events, JSON each

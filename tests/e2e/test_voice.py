@@ -2,6 +2,7 @@
 pocketsphinx, flite and espeak-ng, on the virtual clock (deterministic, faster than real time).
 The real-time acceptance run with the pocket-0.3b package is scripts/voice-bench.sh."""
 import json
+import sys
 import os
 import unittest
 import wave
@@ -92,6 +93,32 @@ class VoiceTest(unittest.TestCase):
                                 len(generated.get(end["turn"], "").replace(" ", "")))
                 interrupted += 1
         self.assertEqual(interrupted, n_barge)
+
+    @unittest.skipIf(SANITIZED, "ten minutes of audio: the release build's test")
+    def test_ten_minute_conversation_keeps_its_memory(self):
+        """100 turns (the acceptance script five times: over 10 minutes of conversation) with
+        a random-weight Qwen3-tokenizer model, whose chat history grows until it is trimmed to the
+        context: resident memory at the end within 8 MiB of that after the second turn."""
+        from harness import QWEN3_TOKENIZER, make_model, require
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        with open(ACCEPTANCE) as f:
+            lines = [l for l in f.read().splitlines() if l.startswith(("after", "barge"))]
+        path = work_path("voice-long.script")
+        with open(path, "w") as f:
+            f.write("noise -60\nat 0.5: good morning how are you today\n")
+            for i in range(99):
+                f.write(lines[i % len(lines)] + "\n")
+        p = pocket("voice", "-m", model, "--script", path, "--virtual-clock", "-t", "2", "-c",
+                   "1024", "--json", timeout=1800)
+        r = json.loads(p.stdout)
+        self.assertGreaterEqual(r["conversation_s"], 600)
+        self.assertGreaterEqual(r["turns"], 90)
+        print(f"rss {r['rss_warm_mib']:.1f} -> {r['rss_end_mib']:.1f} MiB over {r['conversation_s']:.0f} s", file=sys.stderr)
+        self.assertTrue(r["samples_reconcile"])
+        self.assertGreater(r["rss_warm_mib"], 0)
+        self.assertLess(r["rss_end_mib"] - r["rss_warm_mib"], 8.0,
+                        (r["rss_warm_mib"], r["rss_end_mib"]))
 
     def test_robustness(self):
         """Silence only, noise only, clipped speech, another rate, a file that is not audio."""
