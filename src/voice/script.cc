@@ -228,12 +228,12 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
           start = t >= d;
           break;
         case ScriptTurn::When::kAfter:
-          // After the assistant's reply ended (or, when it says nothing for 10 s, anyway).
-          start = (!busy && t >= std::max(idle_since, prev_end) + d) || t >= prev_end + d + 10000;
+          // After the assistant's reply ended (or a minute on, should it never end).
+          start = (!busy && t >= std::max(idle_since, prev_end) + d) || t >= prev_end + d + 60000;
           break;
         case ScriptTurn::When::kBarge:
           start = (first_audio_at_turn >= 0 && t >= first_audio_at_turn + d) ||
-                  t >= prev_end + d + 10000;
+                  t >= prev_end + d + 60000;
           if (start && busy) ++result.scripted_barge_ins;
           break;
       }
