@@ -323,20 +323,27 @@ struct VoicePipeline::Impl {
     Emit({{"event", "reply_end"}, {"turn", turn_index - 1}, {"played", played}}, Now());
   }
 
+  // Stops the assistant: generation, synthesis, the audio not played yet. `first_voiced_ms` < 0:
+  // the app asked (VoicePipeline::Interrupt), no barge-in to count.
   void BargeIn(double first_voiced_ms) {
     size_t dropped = 0;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!working && queue.empty()) return;
+      if (!working && queue.empty() && !pending) return;
       cancel.store(true);
       pending.reset();  // a turn not started yet is dropped with the rest
       dropped = queue.size();
       queue.clear();
       stats.samples_dropped += static_cast<int64_t>(dropped);
       first_audio_pending = false;
-      ++stats.barge_ins;
+      if (first_voiced_ms >= 0) ++stats.barge_ins;
     }
     cv.notify_all();
+    if (first_voiced_ms < 0) {
+      Emit({{"event", "stopped"}, {"dropped", dropped}}, Now());
+      CloseReply();
+      return;
+    }
     // Playback stops now: Tick hands out silence from this frame on.
     const double stopped = Now();
     stats.barge_in_ms.push_back(stopped - first_voiced_ms);
@@ -504,6 +511,10 @@ StatusOr<std::unique_ptr<VoicePipeline>> VoicePipeline::Create(std::shared_ptr<c
 
 Status VoicePipeline::Tick(std::span<const int16_t> in, std::vector<int16_t>& out) {
   return impl_->Tick(in, out);
+}
+
+void VoicePipeline::Interrupt() {
+  impl_->BargeIn(-1);
 }
 
 bool VoicePipeline::busy() const {

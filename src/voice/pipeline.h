@@ -66,6 +66,9 @@ class VoicePipeline {
   // One frame: kFrameSamples of capture at 16 kHz in, sink_rate / 100 samples of playback out
   // (silence when there is nothing to say).
   Status Tick(std::span<const int16_t> in, std::vector<int16_t>& out);
+  // Stops the assistant as a barge-in would (generation, synthesis, the audio not played yet),
+  // without one counted: the app's stop button. From Tick's thread.
+  void Interrupt();
   // Whether the assistant is thinking or has audio left to play.
   bool busy() const;
   // The time of the next frame, ms.
