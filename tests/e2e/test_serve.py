@@ -67,10 +67,10 @@ class Server:
         conn.close()
         return r.status, dict(r.getheaders()), data
 
-    def stop(self):
+    def stop(self, timeout=60):
         self.p.send_signal(signal.SIGTERM)
         try:
-            code = self.p.wait(timeout=60)
+            code = self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
             raise
@@ -473,7 +473,12 @@ class ServeTest(unittest.TestCase):
         chat = {"messages": [{"role": "system", "content": "You answer questions about ships. " * 12},
                              {"role": "user", "content": "How long is a knot?"}],
                 "max_tokens": 1500, "temperature": 0, "ignore_eos": True}
-        args = ("-m", model, "--parallel", "2", "-t", "2", "-c", "2048", "--session-dir", sessions)
+        # Long enough that /metrics shows it running before it ends (the tiny model makes 1,500
+        # tokens in a few tenths of a second here); the drain must outlast it on a loaded CI
+        # machine, where 30 s (the default) cut it at 955 tokens: two busy processes on two cores
+        # make the thread pool's per-step barriers wait out time slices.
+        args = ("-m", model, "--parallel", "2", "-t", "2", "-c", "2048", "--session-dir", sessions,
+                "--drain-timeout", "300")
         server = Server(*args)
         result = {}
 
@@ -490,7 +495,7 @@ class ServeTest(unittest.TestCase):
                 self.assertLess(time.time(), deadline)
                 time.sleep(0.05)
         finally:
-            self.assertEqual(server.stop(), 0, "".join(server.log))
+            self.assertEqual(server.stop(timeout=330), 0, "".join(server.log))
         asking.join()
         status, _, data = result["response"]
         self.assertEqual(status, 200, data)
