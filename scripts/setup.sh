@@ -11,7 +11,8 @@ packages=(
   libpocketsphinx-dev pocketsphinx-en-us           # pocket voice: speech recognition,
   flite1-dev libespeak-ng-dev                      # speech synthesis,
   libwebrtc-audio-processing-dev                   # voice activity detection,
-  libsndfile1-dev                                  # WAV files
+  libsndfile1-dev                                  # WAV files,
+  libasound2-dev                                   # ALSA capture and playback
   libgtest-dev libgmock-dev libbenchmark-dev       # tests and micro-benchmarks
   python3 python3-numpy                            # the independent numpy reference
   python3-jsonschema                               # independent check of constrained outputs

@@ -1,13 +1,139 @@
 // pocket voice: a spoken conversation with the model (src/voice): a scripted one from text and
-// WAV files, on a virtual clock or in real time, with the latency and recognition figures.
+// WAV files, on a virtual clock or in real time, with the latency and recognition figures; or a
+// live one, from a recording or an ALSA microphone to a WAV file or an ALSA loudspeaker.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common.h"
+#include "voice/alsa.h"
+#include "voice/io.h"
 #include "voice/script.h"
 
 namespace pocket::cli {
+namespace {
+
+struct LiveFlags {
+  std::string input;
+  std::string capture_device;
+  std::string playback_device;
+  std::string output_wav;
+  double duration = 0;
+  bool json = false;
+  bool virtual_clock = false;
+};
+
+// A live conversation: a recording or a microphone in, a WAV file and/or a loudspeaker out. The
+// events print as they come (JSONL), the figures at the end; with --json, one object at the end.
+int RunLiveConversation(std::shared_ptr<const Model> model, voice::VoiceOptions vo,
+                        const LiveFlags& f, sigset_t signals) {
+  std::unique_ptr<voice::AudioSource> source;
+  if (!f.input.empty()) {
+    StatusOr<std::unique_ptr<voice::FileSource>> s = voice::FileSource::Open(f.input);
+    if (!s.ok()) return ReportError(s.status());
+    source = std::move(*s);
+  } else {
+    StatusOr<std::unique_ptr<voice::AlsaCapture>> s = voice::OpenAlsaCapture(f.capture_device);
+    if (!s.ok()) return ReportError(s.status());
+    source = std::move(*s);
+  }
+  std::unique_ptr<voice::AlsaPlayback> speaker;
+  if (!f.playback_device.empty()) {
+    StatusOr<std::unique_ptr<voice::AlsaPlayback>> s =
+        voice::OpenAlsaPlayback(f.playback_device, vo.sink_rate);
+    if (!s.ok()) return ReportError(s.status());
+    speaker = std::move(*s);
+  }
+  std::unique_ptr<voice::WavSink> recording;
+  if (!f.output_wav.empty())
+    recording = std::make_unique<voice::WavSink>(f.output_wav, vo.sink_rate);
+  std::vector<voice::AudioSink*> sinks;
+  if (speaker) sinks.push_back(speaker.get());
+  if (recording) sinks.push_back(recording.get());
+  voice::TeeSink sink(sinks);  // none: the reply is only traced
+
+  std::mutex mu;
+  std::vector<std::string> trace;
+  vo.on_event = [&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (f.json) {
+      trace.emplace_back(line);
+    } else {
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    }
+  };
+  StatusOr<std::unique_ptr<voice::VoicePipeline>> pipeline =
+      voice::VoicePipeline::Create(std::move(model), vo);
+  if (!pipeline.ok()) return ReportError(pipeline.status());
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (!done.load()) stop.store(true);
+  });
+  if (!f.json) {
+    std::fprintf(stderr, "pocket voice: listening to %s (%s clock); Ctrl-C ends\n",
+                 f.input.empty() ? ("ALSA '" + f.capture_device + "'").c_str() : f.input.c_str(),
+                 f.virtual_clock ? "virtual" : "real-time");
+  }
+  voice::LiveOptions lo;
+  lo.pace = !f.virtual_clock;
+  lo.max_seconds = f.duration;
+  lo.stop = &stop;
+  StatusOr<voice::LiveResult> r = voice::RunLive(**pipeline, *source, sink, lo);
+  done.store(true);
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+  pipeline->reset();  // the worker ends: the trace is complete
+  if (!r.ok()) return ReportError(r.status());
+  const voice::VoiceStats& s = r->stats;
+  nlohmann::json j = {
+      {"first_audio_ms_p50", r->first_audio_ms_p50},
+      {"first_audio_ms_p90", r->first_audio_ms_p90},
+      {"barge_in_ms_p50", r->barge_in_ms_p50},
+      {"turns", s.turns},
+      {"barge_ins", s.barge_ins},
+      {"first_audio_ms", s.first_audio_ms},
+      {"barge_in_ms", s.barge_in_ms},
+      {"samples_synthesized", s.samples_synthesized},
+      {"samples_played", s.samples_played},
+      {"samples_dropped", s.samples_dropped},
+      {"overruns",
+       f.capture_device.empty() ? 0 : static_cast<voice::AlsaCapture*>(source.get())->overruns()},
+      {"underruns", speaker ? speaker->underruns() : 0},
+      {"conversation_s", r->seconds},
+      {"wall_s", r->wall_seconds},
+      {"stopped", r->stopped},
+      {"virtual_clock", f.virtual_clock},
+      {"heard", s.user_texts},
+      {"replies", s.replies}};
+  if (f.json) {
+    nlohmann::json events = nlohmann::json::array();
+    for (const std::string& line : trace) events.push_back(nlohmann::json::parse(line));
+    j["trace"] = std::move(events);
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf(
+      "first audio: P50 %.0f ms, P90 %.0f ms (%zu replies); barge-in: P50 %.0f ms (%d); %d turns; "
+      "%.1f s of conversation in %.1f s\n",
+      r->first_audio_ms_p50, r->first_audio_ms_p90, s.first_audio_ms.size(), r->barge_in_ms_p50,
+      s.barge_ins, s.turns, r->seconds, r->wall_seconds);
+  return 0;
+}
+
+}  // namespace
 
 Command AddVoiceCommand(CLI::App& root) {
   auto* app = root.add_subcommand(
@@ -16,6 +142,10 @@ Command AddVoiceCommand(CLI::App& root) {
     std::string model;
     EngineFlags engine;
     std::string script;
+    std::string input;
+    std::string capture_device;
+    std::string playback_device;
+    double duration = 0;
     bool virtual_clock = false;
     bool json = false;
     voice::ScriptRunOptions run;
@@ -30,8 +160,17 @@ Command AddVoiceCommand(CLI::App& root) {
   f->engine.Register(app);
   app->add_option("--script", f->script,
                   "a scripted conversation (tests/voice/README.md: the user's turns as text or WAV "
-                  "files, when each starts)")
-      ->required();
+                  "files, when each starts)");
+  app->add_option("--input", f->input,
+                  "live: a recording as the microphone (WAV or any file libsndfile reads)");
+  app->add_option("--capture-device", f->capture_device,
+                  "live: the ALSA microphone ('default', 'plughw:1'; `arecord -L` lists them)");
+  app->add_option("--playback-device", f->playback_device,
+                  "live: the ALSA loudspeaker ('default', 'plughw:0'; `aplay -L` lists them)");
+  app->add_option("--duration", f->duration,
+                  "live: stop after this many seconds (default: when the input ends and the "
+                  "assistant has answered; Ctrl-C stops too)")
+      ->check(CLI::PositiveNumber);
   app->add_flag("--virtual-clock", f->virtual_clock,
                 "run on a virtual clock: deterministic, as fast as the machine goes (the model "
                 "takes --virtual-steps engine steps per 10 ms)");
@@ -59,77 +198,106 @@ Command AddVoiceCommand(CLI::App& root) {
   app->add_flag("--json", f->json,
                 "one JSON object: first_audio_ms_p50/p90, barge_in_ms_p50, asr_wer, turns, ... "
                 "and the trace");
-  SetExamples(app, {"pocket voice -m model.pocket --script tests/voice/acceptance.script -t 2",
-                    "pocket voice -m model.pocket --script tests/voice/acceptance.script "
-                    "--virtual-clock --json",
-                    "pocket voice -m stories260K.gguf --script my.script -o reply.wav"});
-  return {app, [=]() -> int {
-            StatusOr<voice::Script> script = voice::LoadScript(f->script);
-            if (!script.ok()) return ReportError(script.status());
-            StatusOr<std::shared_ptr<const Model>> model = LoadModel(f->model, f->engine);
-            if (!model.ok()) return ReportError(model.status());
-            StatusOr<SessionOptions> so = f->engine.Session();
-            if (!so.ok()) return ReportUsageError(so.status().message());
-            voice::ScriptRunOptions run = f->run;
-            run.voice.session = *so;
-            run.voice.virtual_clock = f->virtual_clock;
-            run.voice.max_tokens = f->max_tokens;
-            run.voice.sampling.temperature = f->temperature;
-            run.voice.sampling.seed = f->seed;
-            run.voice.endpointer.hangover_frames = f->hangover_ms / 10;
-            if (!f->system.empty()) run.voice.system_prompt = f->system;
-            if (!f->json) {
-              std::fprintf(stderr, "pocket voice: %zu turns, %s clock\n", script->turns.size(),
-                           f->virtual_clock ? "virtual" : "real-time");
-            }
-            StatusOr<voice::ScriptResult> r = voice::RunScript(*model, *script, f->script, run);
-            if (!r.ok()) return ReportError(r.status());
-            const voice::VoiceStats& s = r->stats;
-            nlohmann::json j = {{"first_audio_ms_p50", r->first_audio_ms_p50},
-                                {"first_audio_ms_p90", r->first_audio_ms_p90},
-                                {"barge_in_ms_p50", r->barge_in_ms_p50},
-                                {"asr_wer", r->asr_wer},
-                                {"asr_errors", r->asr_errors},
-                                {"asr_words", r->asr_words},
-                                {"turns", s.turns},
-                                {"script_turns", script->turns.size()},
-                                {"barge_ins", s.barge_ins},
-                                {"scripted_barge_ins", r->scripted_barge_ins},
-                                {"first_audio_ms", s.first_audio_ms},
-                                {"barge_in_ms", s.barge_in_ms},
-                                {"samples_synthesized", s.samples_synthesized},
-                                {"samples_played", s.samples_played},
-                                {"samples_dropped", s.samples_dropped},
-                                {"samples_reconcile", r->samples_reconcile},
-                                {"rss_warm_mib", r->rss_warm_mib},
-                                {"rss_end_mib", r->rss_end_mib},
-                                {"conversation_s", r->conversation_seconds},
-                                {"wall_s", r->wall_seconds},
-                                {"virtual_clock", f->virtual_clock},
-                                {"heard", r->heard},
-                                {"replies", s.replies}};
-            if (f->json) {
-              nlohmann::json trace = nlohmann::json::array();
-              for (const std::string& line : r->trace) trace.push_back(nlohmann::json::parse(line));
-              j["trace"] = std::move(trace);
-              std::printf("%s\n",
-                          j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-              return 0;
-            }
-            for (const std::string& line : r->trace) std::printf("%s\n", line.c_str());
-            std::printf(
-                "first audio: P50 %.0f ms, P90 %.0f ms (%zu replies); barge-in: P50 %.0f ms (%d); "
-                "ASR WER %.1f%% (%lld errors / %lld words); %.1f s of conversation in %.1f s; "
-                "samples synthesized %lld = played %lld + dropped %lld: %s\n",
-                r->first_audio_ms_p50, r->first_audio_ms_p90, s.first_audio_ms.size(),
-                r->barge_in_ms_p50, s.barge_ins, 100 * r->asr_wer,
-                static_cast<long long>(r->asr_errors), static_cast<long long>(r->asr_words),
-                r->conversation_seconds, r->wall_seconds,
-                static_cast<long long>(s.samples_synthesized),
-                static_cast<long long>(s.samples_played), static_cast<long long>(s.samples_dropped),
-                r->samples_reconcile ? "yes" : "NO");
-            return 0;
-          }};
+  SetExamples(app, {"pocket voice -m model.pocket --script tests/voice/acceptance.script -t 2 "
+                    "[--virtual-clock] [--json]",
+                    "pocket voice -m model.pocket --input question.wav -o reply.wav",
+                    "pocket voice -m model.pocket --capture-device default --playback-device "
+                    "default"});
+  return {
+      app, [=]() -> int {
+        const int modes = !f->script.empty() + !f->input.empty() + !f->capture_device.empty();
+        if (modes != 1) {
+          return ReportUsageError(
+              "give one of --script (a scripted conversation), --input (a recording) or "
+              "--capture-device (a microphone)");
+        }
+        if (!f->script.empty() && (!f->playback_device.empty() || f->duration > 0)) {
+          return ReportUsageError(
+              "--playback-device and --duration are for a live conversation (--input or "
+              "--capture-device)");
+        }
+        if (f->script.empty() && (!f->run.capture_wav.empty() || !f->run.fixtures_dir.empty())) {
+          return ReportUsageError("--capture and --fixtures are for a --script conversation");
+        }
+        // Ctrl-C (and SIGTERM) end a live conversation cleanly: blocked in every thread from
+        // here on and taken by a watcher thread.
+        sigset_t signals;
+        sigemptyset(&signals);
+        sigaddset(&signals, SIGINT);
+        sigaddset(&signals, SIGTERM);
+        if (!f->script.empty()) sigemptyset(&signals);
+        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        StatusOr<voice::Script> script = voice::Script{};
+        if (!f->script.empty()) script = voice::LoadScript(f->script);
+        if (!script.ok()) return ReportError(script.status());
+        StatusOr<std::shared_ptr<const Model>> model = LoadModel(f->model, f->engine);
+        if (!model.ok()) return ReportError(model.status());
+        StatusOr<SessionOptions> so = f->engine.Session();
+        if (!so.ok()) return ReportUsageError(so.status().message());
+        voice::ScriptRunOptions run = f->run;
+        run.voice.session = *so;
+        run.voice.virtual_clock = f->virtual_clock;
+        run.voice.max_tokens = f->max_tokens;
+        run.voice.sampling.temperature = f->temperature;
+        run.voice.sampling.seed = f->seed;
+        run.voice.endpointer.hangover_frames = f->hangover_ms / 10;
+        if (!f->system.empty()) run.voice.system_prompt = f->system;
+        if (f->script.empty()) {
+          LiveFlags live{f->input,    f->capture_device, f->playback_device, run.output_wav,
+                         f->duration, f->json,           f->virtual_clock};
+          return RunLiveConversation(*model, run.voice, live, signals);
+        }
+        if (!f->json) {
+          std::fprintf(stderr, "pocket voice: %zu turns, %s clock\n", script->turns.size(),
+                       f->virtual_clock ? "virtual" : "real-time");
+        }
+        StatusOr<voice::ScriptResult> r = voice::RunScript(*model, *script, f->script, run);
+        if (!r.ok()) return ReportError(r.status());
+        const voice::VoiceStats& s = r->stats;
+        nlohmann::json j = {{"first_audio_ms_p50", r->first_audio_ms_p50},
+                            {"first_audio_ms_p90", r->first_audio_ms_p90},
+                            {"barge_in_ms_p50", r->barge_in_ms_p50},
+                            {"asr_wer", r->asr_wer},
+                            {"asr_errors", r->asr_errors},
+                            {"asr_words", r->asr_words},
+                            {"turns", s.turns},
+                            {"script_turns", script->turns.size()},
+                            {"barge_ins", s.barge_ins},
+                            {"scripted_barge_ins", r->scripted_barge_ins},
+                            {"first_audio_ms", s.first_audio_ms},
+                            {"barge_in_ms", s.barge_in_ms},
+                            {"samples_synthesized", s.samples_synthesized},
+                            {"samples_played", s.samples_played},
+                            {"samples_dropped", s.samples_dropped},
+                            {"samples_reconcile", r->samples_reconcile},
+                            {"rss_warm_mib", r->rss_warm_mib},
+                            {"rss_end_mib", r->rss_end_mib},
+                            {"conversation_s", r->conversation_seconds},
+                            {"wall_s", r->wall_seconds},
+                            {"virtual_clock", f->virtual_clock},
+                            {"heard", r->heard},
+                            {"replies", s.replies}};
+        if (f->json) {
+          nlohmann::json trace = nlohmann::json::array();
+          for (const std::string& line : r->trace) trace.push_back(nlohmann::json::parse(line));
+          j["trace"] = std::move(trace);
+          std::printf("%s\n",
+                      j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+          return 0;
+        }
+        for (const std::string& line : r->trace) std::printf("%s\n", line.c_str());
+        std::printf(
+            "first audio: P50 %.0f ms, P90 %.0f ms (%zu replies); barge-in: P50 %.0f ms (%d); "
+            "ASR WER %.1f%% (%lld errors / %lld words); %.1f s of conversation in %.1f s; "
+            "samples synthesized %lld = played %lld + dropped %lld: %s\n",
+            r->first_audio_ms_p50, r->first_audio_ms_p90, s.first_audio_ms.size(),
+            r->barge_in_ms_p50, s.barge_ins, 100 * r->asr_wer,
+            static_cast<long long>(r->asr_errors), static_cast<long long>(r->asr_words),
+            r->conversation_seconds, r->wall_seconds, static_cast<long long>(s.samples_synthesized),
+            static_cast<long long>(s.samples_played), static_cast<long long>(s.samples_dropped),
+            r->samples_reconcile ? "yes" : "NO");
+        return 0;
+      }};
 }
 
 }  // namespace pocket::cli

@@ -29,9 +29,10 @@ def require(path, hint):
         raise SystemExit(f"missing {path}: {hint}")
 
 
-def run(args, check=True, input=None, timeout=600):
+def run(args, check=True, input=None, timeout=600, env=None):
     """Runs a command; returns CompletedProcess with text stdout/stderr."""
-    p = subprocess.run(args, input=input, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(args, input=input, capture_output=True, text=True, timeout=timeout,
+                       env=env)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {p.returncode}\nstdout: {p.stdout[-2000:]}\n"
                              f"stderr: {p.stderr[-4000:]}")

@@ -9,7 +9,8 @@ import wave
 
 import numpy as np
 
-from harness import SOURCE_DIR, STORIES, STORIES_TOK, main_unittest, pocket, work_path
+from harness import (POCKET, SOURCE_DIR, STORIES, STORIES_TOK, main_unittest, pocket, run,
+                     work_path)
 
 SANITIZED = os.environ.get("POCKET_SANITIZED") == "1"
 ACCEPTANCE = os.path.join(SOURCE_DIR, "tests", "voice", "acceptance.script")
@@ -176,6 +177,76 @@ class VoiceTest(unittest.TestCase):
                      os.path.join(folder, "broken.script"), "--virtual-clock", check=False)
         self.assertEqual(bad.returncode, 1)
         self.assertIn("broken.script:2", bad.stderr)
+
+    def test_live_from_a_recording_and_through_alsa(self):
+        """A live conversation (no script): a recording as the microphone, the reply to a WAV
+        file; then the same audio through ALSA (capture from alsa-lib's file plugin reading it,
+        playback to the file plugin writing raw PCM; no sound card needed): the same trace and
+        the same samples. A device that does not exist is an error naming it."""
+        folder = work_path("voice-live")
+        os.makedirs(folder, exist_ok=True)
+        fixtures = os.path.join(folder, "fixtures")
+        with open(os.path.join(folder, "one.script"), "w") as f:
+            f.write("noise -60\nat 0.3: what is the weather like tomorrow\n")
+        voice(os.path.join(folder, "one.script"), "--fixtures", fixtures)
+        speech, _ = read_wav(os.path.join(fixtures, "turn-01.wav"))
+        rate = 24000
+        out = os.path.join(folder, "reply.wav")
+        live = json.loads(pocket(
+            "voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--input",
+            os.path.join(fixtures, "turn-01.wav"), "-o", out, "--virtual-clock", "-t", "2",
+            "--sink-rate", str(rate), "--json").stdout)
+        self.assertEqual(live["turns"], 1, live["heard"])
+        self.assertEqual(live["heard"], ["what is the weather like tomorrow"])
+        self.assertFalse(live["stopped"])
+        self.assertGreater(live["samples_synthesized"], rate // 2)
+        self.assertEqual(live["samples_played"], live["samples_synthesized"])
+        played, got_rate = read_wav(out)
+        self.assertEqual(got_rate, rate)
+        self.assertEqual(len(played), round(live["conversation_s"] * 100) * rate // 100)
+        self.assertGreater(int(np.abs(played).max()), 1000, "the reply is silent")
+        events = [e["event"] for e in live["trace"]]
+        for name in ("speech_start", "speech_end", "asr_final", "first_token", "first_audio",
+                     "reply_end"):
+            self.assertIn(name, events)
+
+        # ALSA: an .asoundrc (alsa-lib reads $HOME/.asoundrc) naming a microphone that replays
+        # the same samples, silence after them for as long as the conversation lasted.
+        mic = os.path.join(folder, "mic.raw")
+        pad = np.zeros(round(live["conversation_s"] * 16000) + 16000, dtype="<i2")
+        pad[:len(speech)] = speech
+        pad.tofile(mic)
+        with open(os.path.join(folder, ".asoundrc"), "w") as f:
+            f.write('pcm.pocket_mic {\n  type file\n  slave.pcm null\n  file "/dev/null"\n'
+                    f'  infile "{mic}"\n  format raw\n}}\n')
+        speaker = os.path.join(folder, "speaker.raw")
+        env = dict(os.environ, HOME=folder)
+        p = run([POCKET, "voice", "-m", STORIES, "--tokenizer",
+                 STORIES_TOK, "--capture-device", "pocket_mic", "--playback-device",
+                 f"file:'{speaker}',raw", "--duration", str(live["conversation_s"]),
+                 "--virtual-clock", "-t", "2", "--sink-rate", str(rate), "--json"],
+                check=False, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        alsa = json.loads(p.stdout)
+        self.assertTrue(alsa["stopped"])
+        self.assertEqual(alsa["conversation_s"], live["conversation_s"])
+        self.assertEqual(alsa["trace"], live["trace"])
+        self.assertEqual(alsa["overruns"], 0)
+        self.assertEqual(alsa["underruns"], 0)
+        self.assertTrue(np.array_equal(np.fromfile(speaker, dtype="<i2"), played),
+                        "ALSA played other samples than the recording")
+
+        for flag in ("--capture-device", "--playback-device"):
+            args = ["--input", os.path.join(fixtures, "turn-01.wav")] if flag[2] == "p" else []
+            p = run([POCKET, "voice", "-m", STORIES, "--tokenizer",
+                     STORIES_TOK, *args, flag, "no_such_pcm", "--virtual-clock"], check=False,
+                    env=env)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("ALSA device 'no_such_pcm'", p.stderr)
+        bad = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--virtual-clock",
+                     check=False)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--script", bad.stderr)
 
 
 if __name__ == "__main__":
