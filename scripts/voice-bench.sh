@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-time acceptance run of issue 17: the acceptance conversation (20 turns, 5 barge-ins)
 # through `pocket voice` with the pocket-0.3b INT4 package on 2 threads, paced in real time
-# (about three minutes). Prints the figures as JSON (the trace too with --trace FILE).
+# (about seven minutes: the model's noise replies play for up to half a minute). Prints the
+# figures as JSON (the trace too with --trace FILE).
 # Usage: scripts/voice-bench.sh [--model PACKAGE] [--threads N] [--trace FILE] [--runs N]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +24,7 @@ if [ ! -f "$model" ]; then
   exit 1
 fi
 for i in $(seq 1 "$runs"); do
-  echo "voice-bench: run $i of $runs (real time, about 3 minutes)" >&2
+  echo "voice-bench: run $i of $runs (real time, about 7 minutes)" >&2
   out="$(mktemp)"
   "$root/build/bin/pocket" voice -m "$model" --script "$root/tests/voice/acceptance.script" \
     -t "$threads" --json > "$out"
