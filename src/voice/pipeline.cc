@@ -486,6 +486,10 @@ StatusOr<std::unique_ptr<VoicePipeline>> VoicePipeline::Create(std::shared_ptr<c
   if (options.virtual_steps_per_frame < 1) {
     return InvalidArgumentError("virtual steps per frame must be >= 1");
   }
+  std::vector<int16_t> warm_up = options.asr_warm_up;
+  if (warm_up.empty() && options.asr_default_warm_up) {
+    POCKET_ASSIGN_OR_RETURN(warm_up, DefaultAsrWarmUp());
+  }
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   impl->options = options;
@@ -501,12 +505,28 @@ StatusOr<std::unique_ptr<VoicePipeline>> VoicePipeline::Create(std::shared_ptr<c
   POCKET_ASSIGN_OR_RETURN(impl->engine, Engine::Create(model, so.pool, eo));
   POCKET_ASSIGN_OR_RETURN(impl->vad, CreateWebRtcVoiceDetector(options.vad));
   PocketSphinxOptions po;
-  po.warm_up = options.asr_warm_up;
+  po.warm_up = warm_up;  // a view: warm_up lives until the recognizer has decoded it
   POCKET_ASSIGN_OR_RETURN(impl->asr, CreatePocketSphinx(po));
   POCKET_ASSIGN_OR_RETURN(impl->flite, CreateFlite("slt"));
   Impl* p = impl.get();
   if (!options.virtual_clock) p->worker = std::thread([p] { p->WorkerLoop(); });
   return std::unique_ptr<VoicePipeline>(new VoicePipeline(std::move(impl)));
+}
+
+StatusOr<std::vector<int16_t>> DefaultAsrWarmUp() {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Synthesizer> voice, CreateFlite("rms"));
+  Audio a;
+  a.rate = voice->rate();
+  POCKET_RETURN_IF_ERROR(voice
+                             ->Synthesize("Good morning, how are you doing today?",
+                                          [&](std::span<const int16_t> pcm) {
+                                            a.samples.insert(a.samples.end(), pcm.begin(),
+                                                             pcm.end());
+                                            return true;
+                                          })
+                             .status());
+  if (a.rate != kAsrRate) a = Resample(a, kAsrRate);
+  return std::move(a.samples);
 }
 
 Status VoicePipeline::Tick(std::span<const int16_t> in, std::vector<int16_t>& out) {

@@ -40,8 +40,11 @@ struct VoiceOptions {
   bool virtual_clock = false;
   int32_t virtual_steps_per_frame = 2;  // engine steps (or one segment's synthesis) per 10 ms
   std::string other_voice = "cmn";      // espeak-ng's voice for text that is mostly CJK
-  // The recognizer's warm-up: speech it decodes once at creation (16 kHz; empty: none).
+  // The recognizer's warm-up: speech it decodes once at creation (16 kHz), so the first
+  // utterance is recognized as well as later ones. Empty: DefaultAsrWarmUp() unless
+  // asr_default_warm_up is off (then none).
   std::vector<int16_t> asr_warm_up;
+  bool asr_default_warm_up = true;
   // One JSON object per event (docs/architecture.md lists them), in time order.
   std::function<void(std::string_view json)> on_event;
 };
@@ -81,6 +84,10 @@ class VoicePipeline {
   explicit VoicePipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A sentence in flite's rms voice at 16 kHz ("Good morning, how are you doing today?"): the
+// warm-up a pipeline uses when given none.
+StatusOr<std::vector<int16_t>> DefaultAsrWarmUp();
 
 // P-th percentile (0-100) of `values` by linear interpolation (0 for none).
 double Percentile(std::vector<double> values, double p);

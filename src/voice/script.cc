@@ -167,12 +167,9 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
           WriteWav((std::filesystem::path(options.fixtures_dir) / name).string(), audio.back()));
     }
   }
-  // The recognizer warms up on speech of the same voice that is not in the script.
+  // The recognizer warms up on speech of the user's voice that is not in the script (the
+  // pipeline's default, DefaultAsrWarmUp).
   VoiceOptions vo = options.voice;
-  if (vo.asr_warm_up.empty()) {
-    POCKET_ASSIGN_OR_RETURN(Audio warm, synthesize("Good morning, how are you doing today?"));
-    vo.asr_warm_up = std::move(warm.samples);
-  }
   ScriptResult result;
   std::mutex trace_mu;
   std::vector<std::pair<double, std::string>> finals;  // asr_final events: time, text

@@ -113,18 +113,29 @@ class Espeak final : public Synthesizer {
 StatusOr<std::unique_ptr<Synthesizer>> CreateFlite(const std::string& voice_name) {
   std::lock_guard<std::mutex> lock(FliteMutex());
   flite_init();  // idempotent
-  cst_voice* voice = nullptr;
+  // A voice registers once per process: each registration allocates a voice flite never frees,
+  // so an app creating pipeline after pipeline would grow. flite's own state is process-wide;
+  // these pointers mirror it, behind the same mutex.
+  static cst_voice* slt = nullptr;
+  static cst_voice* rms = nullptr;
+  static cst_voice* awb = nullptr;
+  cst_voice** voice = nullptr;
+  cst_voice* (*reg)(const char*) = nullptr;
   if (voice_name == "slt") {
-    voice = register_cmu_us_slt(nullptr);
+    voice = &slt;
+    reg = register_cmu_us_slt;
   } else if (voice_name == "rms") {
-    voice = register_cmu_us_rms(nullptr);
+    voice = &rms;
+    reg = register_cmu_us_rms;
   } else if (voice_name == "awb") {
-    voice = register_cmu_us_awb(nullptr);
+    voice = &awb;
+    reg = register_cmu_us_awb;
   } else {
     return NotFoundError("no flite voice \"", voice_name, "\" (slt, rms or awb)");
   }
-  if (voice == nullptr) return InternalError("flite could not load voice cmu_us_", voice_name);
-  return std::unique_ptr<Synthesizer>(new Flite(voice));
+  if (*voice == nullptr) *voice = reg(nullptr);
+  if (*voice == nullptr) return InternalError("flite could not load voice cmu_us_", voice_name);
+  return std::unique_ptr<Synthesizer>(new Flite(*voice));
 }
 
 StatusOr<std::unique_ptr<Synthesizer>> CreateEspeak(const std::string& voice) {
