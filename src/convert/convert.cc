@@ -214,8 +214,7 @@ struct MergeFactors {
           term.bt.resize(static_cast<size_t>(term.rank * term.out));
           for (int32_t k = 0; k < term.rank; ++k) {
             DequantizeRow(p.a.type, p.a.row(k), &term.a[static_cast<size_t>(k * term.in)], term.in);
-            DequantizeRow(p.bt.type, p.bt.row(k), &term.bt[static_cast<size_t>(k * term.out)],
-                          term.out);
+            DequantizeFactorRow(p.bt, k, &term.bt[static_cast<size_t>(k * term.out)]);
           }
           m.Terms(std::max(l, 0), static_cast<LoraTarget>(t)).push_back(std::move(term));
         }

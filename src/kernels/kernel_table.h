@@ -26,8 +26,14 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  // Q8_0 only: the bytes from one block of a row (32 values) to the row's next block. 0: the
+  // rows are stored whole (34). A LoRA B^T may instead be stored blocked, the blocks of every
+  // rank row for each 32 outputs together (row_bytes 34, block_stride rows * 34), so that any
+  // range of outputs is one stream in memory.
+  size_t block_stride = 0;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+  size_t q8_block_step() const { return block_stride != 0 ? block_stride : 34; }
 };
 
 // Activations quantized to int8, one scale per group of `group` columns (the group of the packed

@@ -373,6 +373,19 @@ TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
                       &exact[static_cast<size_t>(r * w_cols)], w_cols);
       }
       const WeightMatrix w{type, rank, w_cols, bt.data(), row_bytes};
+      // Q8_0 also blocked (WeightMatrix::block_stride: every rank row's block of each 32 outputs
+      // together, as a loaded adapter package keeps B^T): the same results.
+      std::vector<uint8_t> blocked_bytes(bt.size());
+      WeightMatrix blocked = w;
+      if (type == DType::kQ8_0) {
+        for (int64_t j = 0; j < w_cols / 32; ++j) {
+          for (int64_t r = 0; r < rank; ++r) {
+            std::memcpy(&blocked_bytes[static_cast<size_t>((j * rank + r) * 34)],
+                        &bt[static_cast<size_t>(r) * row_bytes + static_cast<size_t>(j) * 34], 34);
+          }
+        }
+        blocked = {type, rank, w_cols, blocked_bytes.data(), 34, static_cast<size_t>(rank) * 34};
+      }
       const std::vector<float> m = Random(static_cast<size_t>(n * ldm), 102);
       const std::vector<float> y0 = Random(static_cast<size_t>(n * ldy), 103);
       // A range with partial blocks at both ends, and one inside a single block of 32.
@@ -395,6 +408,12 @@ TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
           k.lora_expand(w, m.data(), ldm, n, ob, oe, got.data(), ldy, accumulate);
           ASSERT_EQ(want, got) << k.name << " " << DTypeName(type) << " tokens " << n << " outputs "
                                << ob << ".." << oe << " accumulate " << accumulate;
+          if (type == DType::kQ8_0) {
+            std::vector<float> got_blocked = y0;
+            k.lora_expand(blocked, m.data(), ldm, n, ob, oe, got_blocked.data(), ldy, accumulate);
+            ASSERT_EQ(want, got_blocked) << k.name << " blocked, tokens " << n << " outputs " << ob
+                                         << ".." << oe << " accumulate " << accumulate;
+          }
         }
     }
 }

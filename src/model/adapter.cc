@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -345,6 +346,82 @@ Status LoraAdapter::BindPairs(
   return Status::Ok();
 }
 
+void DequantizeFactorRow(const WeightMatrix& m, int64_t r, float* out) {
+  if (m.block_stride == 0) {
+    DequantizeRow(m.type, m.row(r), out, m.cols);
+    return;
+  }
+  for (int64_t j = 0; j < m.cols / 32; ++j)
+    DequantizeRow(m.type, m.row(r) + static_cast<size_t>(j) * m.block_stride, out + j * 32, 32);
+}
+
+Status LoraAdapter::GatherFactors() {
+  // The forward pass's order: per layer the terms q|k|v, o, gate|up, down, each its A factors
+  // and then its B^T factors; then the embedding's and the output matrix's pairs.
+  std::vector<std::pair<WeightMatrix*, bool>> order;  // (factor, is B^T)
+  auto add_term = [&](std::array<LoraPair, kLoraTargets>& layer, std::initializer_list<int> ts) {
+    for (int t : ts) {
+      if (layer[static_cast<size_t>(t)].present())
+        order.emplace_back(&layer[static_cast<size_t>(t)].a, false);
+    }
+    for (int t : ts) {
+      if (layer[static_cast<size_t>(t)].present())
+        order.emplace_back(&layer[static_cast<size_t>(t)].bt, true);
+    }
+  };
+  for (auto& layer : layers_) {
+    add_term(layer, {0, 1, 2});
+    add_term(layer, {3});
+    add_term(layer, {4, 5});
+    add_term(layer, {6});
+  }
+  for (LoraPair& p : globals_) {
+    if (!p.present()) continue;
+    order.emplace_back(&p.a, false);
+    order.emplace_back(&p.bt, true);
+  }
+  auto size_of = [](const WeightMatrix& m) {
+    return (m.row_bytes * static_cast<size_t>(m.rows) + 63) / 64 * 64;
+  };
+  size_t total = 0;
+  for (const auto& [m, is_bt] : order) total += size_of(*m);
+  if (total == 0) return Status::Ok();
+  // Room to start on a huge page; the slack before the start is never touched.
+  std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[total + kHugePageBytes]);
+  if (buffer == nullptr) {
+    return ResourceExhaustedError("cannot allocate ", total, " bytes for the adapter's factors");
+  }
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(buffer.get());
+  uint8_t* at = buffer.get() + ((raw + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes - raw);
+  // Only the whole huge pages: a partly used one at the end would add its unused rest to RSS.
+  AdviseHugePages(at, total / kHugePageBytes * kHugePageBytes);
+  for (const auto& [m, is_bt] : order) {
+    const size_t n = m->row_bytes * static_cast<size_t>(m->rows);
+    // B^T in Q8_0 (rank rows of whole blocks) goes blocked: a thread's outputs are then one
+    // stream instead of one short stream per rank row (WeightMatrix::block_stride).
+    const bool blocked = is_bt && m->type == DType::kQ8_0 && m->block_stride == 0 &&
+                         m->cols % 32 == 0 && m->row_bytes == RowBytes(DType::kQ8_0, m->cols);
+    if (blocked) {
+      const int64_t n_blocks = m->cols / 32;
+      for (int64_t j = 0; j < n_blocks; ++j) {
+        for (int64_t r = 0; r < m->rows; ++r) {
+          std::memcpy(at + static_cast<size_t>(j * m->rows + r) * 34, m->row(r) + j * 34, 34);
+        }
+      }
+      m->row_bytes = 34;
+      m->block_stride = static_cast<size_t>(m->rows) * 34;
+    } else {
+      std::memcpy(at, m->data, n);
+    }
+    m->data = at;
+    at += (n + 63) / 64 * 64;
+  }
+  owned_.clear();
+  owned_.push_back(std::move(buffer));
+  storage_.reset();  // every factor is copied, the head too: the file can go
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::Load(const std::string& path,
                                                                const Model& base) {
   std::string dir = path, weights_path;
@@ -594,6 +671,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> LoraAdapter::FromPocket(
     }
   }
   a->storage_ = std::shared_ptr<const PocketFile>(std::move(file));
+  POCKET_RETURN_IF_ERROR(a->GatherFactors());
   return std::shared_ptr<const LoraAdapter>(std::move(a));
 }
 
@@ -674,7 +752,7 @@ StatusOr<AdapterPackageReport> WriteAdapterPackage(const LoraAdapter& adapter, c
       std::vector<float> row(static_cast<size_t>(m.cols));
       const size_t row_bytes = RowBytes(t, m.cols);
       for (int64_t r = 0; r < m.rows; ++r) {
-        DequantizeRow(m.type, m.row(r), row.data(), m.cols);
+        DequantizeFactorRow(m, r, row.data());
         QuantizeRow(t, row.data(), dst + static_cast<size_t>(r) * row_bytes, m.cols);
       }
       return Status::Ok();

@@ -132,6 +132,13 @@ class LoraAdapter {
       const std::string& config_text, const std::string& config_path,
       std::unique_ptr<SafetensorsFile> file, const std::string& weights_path,
       const std::string& path, const ModelConfig& c, bool owns_mapping);
+  // A package's factors (used in place before) copied into one buffer of the adapter's own, in
+  // the order a forward pass reads them (layer by layer, each term's A factors then its B^T),
+  // B^T in Q8_0 blocked (WeightMatrix::block_stride), whole huge pages advised, and the file
+  // dropped. Decode reads every factor once per token: a thread's share of a B^T is then one
+  // stream instead of a short one per rank row, and the factors sit in a few huge pages instead
+  // of the file's 4 KB pages. (PEFT and GGUF adapters are already copied and converted at bind.)
+  Status GatherFactors();
   std::string path_;
   std::string format_;
   LoraPair& mutable_pair(int32_t layer, LoraTarget t) {
@@ -144,8 +151,16 @@ class LoraAdapter {
   size_t bytes_ = 0;
   ClassifierHead head_;
   std::shared_ptr<const void> storage_;            // the mapped file the A factors live in
-  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // factors copied at load (PEFT, GGUF)
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // factors copied at load
 };
+
+// Row r of a factor as floats (cols values), whatever its layout (a B^T stored blocked too).
+void DequantizeFactorRow(const WeightMatrix& m, int64_t r, float* out);
+// The bytes a factor's values take (rows of whole blocks, blocked or not).
+inline size_t FactorBytes(const WeightMatrix& m) {
+  return m.block_stride != 0 ? m.block_stride * static_cast<size_t>(m.cols / 32)
+                             : m.row_bytes * static_cast<size_t>(m.rows);
+}
 
 // An adapter in use, with the user's scale (multiplies the adapter's own).
 struct AdapterUse {

@@ -76,8 +76,8 @@ std::string AdaptersKey(const AdapterSet& set) {
         if (l > 0 && t >= kLoraTargets) continue;  // the embedding's and output's pairs once
         const LoraPair& p = u.adapter->pair(l, static_cast<LoraTarget>(t));
         if (!p.present()) continue;
-        crc = SampleCrc(p.a.data, p.a.row_bytes * static_cast<size_t>(p.a.rows), crc);
-        crc = SampleCrc(p.bt.data, p.bt.row_bytes * static_cast<size_t>(p.bt.rows), crc);
+        crc = SampleCrc(p.a.data, FactorBytes(p.a), crc);
+        crc = SampleCrc(p.bt.data, FactorBytes(p.bt), crc);
       }
     }
     uint32_t scale_bits;

@@ -583,6 +583,72 @@ inline __m512 FusedChunk(DType type, const uint8_t* src, int64_t i, __mmask16 m)
   }
 }
 
+// DenseGemmFewTokens for Q8_0 rows (a LoRA factor of an int8 adapter package): the same
+// products in the same order (value = scale * code, then the lane's fused multiply-add, lane
+// i % 16 in column order), with each block's scale converted once for its 32 columns and each
+// row's next 64 bytes fetched once: for one token the loop is bound by its instruction count.
+void DenseQ8FewTokens(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                      int64_t row_begin, int64_t row_end, const GemmOut& out) {
+  const size_t rb = w.row_bytes;
+  const int64_t n_blocks = w.cols / 32;
+  auto chunk = [](const uint8_t* block, int half) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * half))));
+  };
+  auto scale = [](const uint8_t* block) {
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+  };
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * ldx;
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) {
+      const uint8_t* src = w.data + static_cast<size_t>(r) * rb;
+      // The next four rows are fetched while these are multiplied (short rows: the hardware
+      // prefetcher would not ramp up on them), a line per row every other block.
+      const uint8_t* next = src + 4 * rb;
+      const int n_next = static_cast<int>(std::min<int64_t>(4, row_end - r - 4));
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        if (b % 2 == 0) {
+          for (int j = 0; j < n_next; ++j)
+            _mm_prefetch(reinterpret_cast<const char*>(next + j * rb + b * 34), _MM_HINT_T0);
+        }
+        const uint8_t* k0 = src + b * 34;
+        const uint8_t* k1 = k0 + rb;
+        const uint8_t* k2 = k1 + rb;
+        const uint8_t* k3 = k2 + rb;
+        const __m512 d0 = scale(k0), d1 = scale(k1), d2 = scale(k2), d3 = scale(k3);
+        for (int half = 0; half < 2; ++half) {
+          const __m512 xv = _mm512_loadu_ps(xt + b * 32 + 16 * half);
+          a0 = _mm512_fmadd_ps(_mm512_mul_ps(d0, chunk(k0, half)), xv, a0);
+          a1 = _mm512_fmadd_ps(_mm512_mul_ps(d1, chunk(k1, half)), xv, a1);
+          a2 = _mm512_fmadd_ps(_mm512_mul_ps(d2, chunk(k2, half)), xv, a2);
+          a3 = _mm512_fmadd_ps(_mm512_mul_ps(d3, chunk(k3, half)), xv, a3);
+        }
+      }
+      StoreScalar(out, t, r, CanonicalReduce(a0));
+      StoreScalar(out, t, r + 1, CanonicalReduce(a1));
+      StoreScalar(out, t, r + 2, CanonicalReduce(a2));
+      StoreScalar(out, t, r + 3, CanonicalReduce(a3));
+    }
+    for (; r < row_end; ++r) {
+      const uint8_t* src = w.data + static_cast<size_t>(r) * rb;
+      __m512 a = _mm512_setzero_ps();
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const uint8_t* k = src + b * 34;
+        const __m512 d = scale(k);
+        for (int half = 0; half < 2; ++half) {
+          a = _mm512_fmadd_ps(_mm512_mul_ps(d, chunk(k, half)),
+                              _mm512_loadu_ps(xt + b * 32 + 16 * half), a);
+        }
+      }
+      StoreScalar(out, t, r, CanonicalReduce(a));
+    }
+  }
+}
+
 // Fewer than 4 tokens (decode, the LoRA intermediates of one token): rows in fours, converted in
 // registers, four independent accumulators (each row's dot is still lane i % 16 in column order).
 void DenseGemmFewTokens(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
@@ -631,6 +697,10 @@ void DenseGemmFewTokens(const WeightMatrix& w, const float* x, int64_t ldx, int6
 
 void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch) {
+  if (n_tokens < 4 && w.type == DType::kQ8_0 && w.cols % 32 == 0) {
+    DenseQ8FewTokens(w, x, ldx, n_tokens, row_begin, row_end, out);
+    return;
+  }
   if (n_tokens < 4 && FusedRowType(w.type)) {
     DenseGemmFewTokens(w, x, ldx, n_tokens, row_begin, row_end, out);
     return;
@@ -869,7 +939,9 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
                                                           ? std::min(bt.rows, r1 + kLoraTileRows)
                                                           : std::min(bt.rows, kLoraTileRows);
         if (nb < ne) {
-          const size_t elem = bt.type == DType::kQ8_0 ? 34 : bt.type == DType::kF32 ? 128 : 64;
+          const size_t elem = bt.type == DType::kQ8_0  ? bt.q8_block_step()
+                              : bt.type == DType::kF32 ? 128
+                                                       : 64;
           const size_t first = static_cast<size_t>(nb / 32) * elem,
                        last = static_cast<size_t>((ne + 31) / 32) * elem;
           for (int64_t r = nr0; r < nr1; ++r) {
@@ -907,7 +979,10 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
     LoraExpandImpl(bt, m, ldm, n, o_begin, o_end, y, ldy, accumulate);
     return;
   }
-  constexpr int64_t kAhead = 8 * 34;  // prefetch distance along a row: 8 blocks
+  // Prefetch distance: 8 blocks along a row (rows stored whole), or 8 blocks of every rank row
+  // ahead in the one stream (blocked).
+  const size_t step = bt.q8_block_step();
+  const size_t ahead = 8 * step;
   const size_t rb = bt.row_bytes;
   for (int64_t base = o_begin / 32 * 32; base < o_end; base += 32) {
     const int64_t lo = std::max(o_begin, base) - base, hi = std::min(o_end, base + 32) - base;
@@ -918,9 +993,9 @@ void LoraExpand(const WeightMatrix& bt, const float* m, int64_t ldm, int64_t n, 
       y0 = _mm512_maskz_loadu_ps(m0, y + base);
       y1 = _mm512_maskz_loadu_ps(m1, y + base + 16);
     }
-    const uint8_t* block = bt.data + (base / 32) * 34;
+    const uint8_t* block = bt.data + static_cast<size_t>(base / 32) * step;
     for (int64_t r = 0; r < bt.rows; ++r, block += rb) {
-      _mm_prefetch(reinterpret_cast<const char*>(block + kAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block + ahead), _MM_HINT_T0);
       uint16_t h;
       std::memcpy(&h, block, 2);
       const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
