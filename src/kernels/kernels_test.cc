@@ -357,9 +357,11 @@ TEST_P(KernelsTest, DenseGemmAddTermIsBitExact) {
 TEST_P(KernelsTest, LoraExpandIsBitExactAndMeansTheSum) {
   const KernelTable& k = *GetParam();
   ASSERT_NE(k.lora_expand, nullptr) << k.name;
-  const int64_t rank = 13, cols = 611, ldm = rank + 3, ldy = cols + 7;
+  // Rank 19: a tile of 16 rank rows and a partial one (the second adds to the first's outputs).
+  const int64_t rank = 19, cols = 611, ldm = rank + 3, ldy = cols + 7;
   const int64_t q_cols = 608;  // Q8_0 rows hold whole blocks of 32
-  for (int64_t n : {1, 5})     // one token (decode's own loop) and several (the tiled loop)
+  // One token (decode's own loop) and several (the tiled loop: groups of tokens and the rest).
+  for (int64_t n : {1, 5, 9})
     for (DType type : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
       const int64_t w_cols = type == DType::kQ8_0 ? q_cols : cols;
       const std::vector<float> bf = Random(static_cast<size_t>(rank * w_cols), 101);
@@ -520,9 +522,9 @@ TEST_P(KernelsTest, DenseGemmIsBitExact) {
     std::vector<uint8_t> wq(row_bytes * rows);
     for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, &wf[r * cols], &wq[r * row_bytes], cols);
     WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
-    // 1 and 2 tokens (the few-token form), 5 and 9 (blocks of 4 tokens and the rest); rows
-    // [2, 23): blocks of 4 rows and the rest.
-    for (int64_t n_tokens : {1, 2, 5, 9}) {
+    // 1 and 2 tokens (the few-token form), 5, 9 and 11 (blocks of 6 tokens when the columns are
+    // whole vectors, then of 4, then the rest); rows [2, 23): blocks of 4 rows and the rest.
+    for (int64_t n_tokens : {1, 2, 5, 9, 11}) {
       std::vector<float> x = Random(static_cast<size_t>(n_tokens * (cols + 3)), 41);
       for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
         std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 5), got = want;
