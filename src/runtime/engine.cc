@@ -232,8 +232,10 @@ void Engine::Advance(Request& r) {
   if (r.step == nullptr) {
     r.result.prefill_us = r.watch.elapsed_us();
     r.watch.Reset();
+    // The last token is sampled, never evaluated: the context yields one more than its free rows.
+    const int32_t room = s.n_ctx() - static_cast<int32_t>(s.history_.size()) + 1;
     r.step = std::make_unique<TokenStep>(*model_, r.options, r.on_text, &r.result, &s.masked_,
-                                         &s.mask_bits_);
+                                         &s.mask_bits_, room);
   }
   // Generate's decode loop, one iteration.
   if (r.n_decoded >= r.options.max_tokens) return Finish(r, true);

@@ -10,7 +10,7 @@ namespace pocket {
 
 TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
                      const StreamCallback& on_text, GenerateResult* result,
-                     std::vector<float>* masked, std::vector<uint64_t>* mask_bits)
+                     std::vector<float>* masked, std::vector<uint64_t>* mask_bits, int32_t room)
     : model_(model),
       tok_(model.tokenizer()),
       on_text_(on_text),
@@ -24,8 +24,9 @@ TokenStep::TokenStep(const Model& model, const GenerateOptions& options,
       ignore_stop_tokens_(options.ignore_stop_tokens && options.constraint == nullptr),
       logprobs_(options.drafter == nullptr ? std::min(options.logprobs, 20) : -1) {
   // Room for the whole output up front, so the loop appends without allocating (a token's text
-  // is a few bytes; an output that outgrows this grows geometrically, not per token).
-  const size_t budget = static_cast<size_t>(std::max(options.max_tokens, 0));
+  // is a few bytes; an output that outgrows this grows geometrically, not per token). Never more
+  // than the context can hold: "no limit" must not reserve gigabytes.
+  const size_t budget = static_cast<size_t>(std::clamp(options.max_tokens, 0, std::max(room, 0)));
   result_->tokens.reserve(budget);
   result_->text.reserve(budget * 8);
   stream_.Reserve(budget * 8);

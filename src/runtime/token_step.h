@@ -29,9 +29,11 @@ namespace pocket {
 class TokenStep {
  public:
   // `result` receives tokens, text and counters; `masked` and `mask_bits` are reusable buffers
-  // (a session's), grown once.
+  // (a session's), grown once. `room` is the most tokens the context can still produce (the
+  // output is reserved for min(max_tokens, room): max_tokens may be kNoTokenLimit).
   TokenStep(const Model& model, const GenerateOptions& options, const StreamCallback& on_text,
-            GenerateResult* result, std::vector<float>* masked, std::vector<uint64_t>* mask_bits);
+            GenerateResult* result, std::vector<float>* masked, std::vector<uint64_t>* mask_bits,
+            int32_t room);
 
   // The next token from the logits after `history` (never modified). Returns -1 when nothing can
   // extend a complete constrained output (the result's stop reason is then set: kEos).

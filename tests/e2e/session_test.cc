@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/request.h"
 #include "runtime/session.h"
 
 namespace pocket {
@@ -275,6 +276,26 @@ TEST(SessionTest, ErrorsAreValues) {
   auto full = (*s)->Generate(std::string_view("Once upon a time"), Greedy(100));
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->stop_reason, StopReason::kContextFull);
+}
+
+// "No limit" (pocket run -n -1) runs to the end of the context and reserves only what the context
+// can hold: the output buffers were once reserved for INT32_MAX tokens (24 GB of address space,
+// which an allocator that touches its reservations, ASan's or a phone's, pays for).
+TEST(SessionTest, NoTokenLimitReservesOnlyWhatTheContextHolds) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  SessionOptions so;
+  so.n_ctx = 32;
+  auto s = Session::Create(model, so);
+  ASSERT_TRUE(s.ok());
+  GenerateOptions o = Greedy(kNoTokenLimit);
+  o.ignore_stop_tokens = true;
+  auto r = (*s)->Generate(std::string_view("Once upon a time"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stop_reason, StopReason::kContextFull);
+  EXPECT_GT(r->tokens.size(), 0u);
+  EXPECT_LE(r->tokens.capacity(), 33u);
+  EXPECT_LE(r->text.capacity(), 33u * 8u);
 }
 
 // Sampling works on a copy: penalties must not change the logits the session keeps for its
