@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <thread>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define POCKET_CPU_RELAX() _mm_pause()
@@ -11,14 +13,32 @@
 
 namespace pocket {
 namespace {
-// Spin iterations before a worker sleeps: long enough to bridge the gaps between the parallel
-// regions of one decoded token (tens of microseconds), short enough not to burn a core when idle.
-constexpr int kSpinIterations = 1 << 16;
+// A thread that waits on others spins this many times, then yields its core at every further
+// check: when the cores are shared (another app, another process, more threads than cores) the
+// thread it waits for may be the one that needs the core, and a bare spin would hold it until
+// the scheduler's time slice ends (milliseconds per parallel region). On a core of its own a
+// yield returns at once, so the uncontended cost is a system call per check after the spin.
+constexpr int kSpinsBeforeYield = 1 << 11;
+// An idle worker spins, then yields this many times before it sleeps: long enough to bridge the
+// gaps between the parallel regions of one decoded token (tens of microseconds), short enough
+// not to burn a core when idle.
+constexpr int kWorkerChecks = kSpinsBeforeYield + 256;
+
+// One waiting step: a pause while `spins` is small, a yield after.
+inline void Relax(int& spins) {
+  if (spins < kSpinsBeforeYield) {
+    ++spins;
+    POCKET_CPU_RELAX();
+  } else {
+    std::this_thread::yield();
+  }
+}
 }  // namespace
 
 void SpinBarrier::ArriveAndWait() {
   arrived_.fetch_add(1, std::memory_order_acq_rel);
-  while (arrived_.load(std::memory_order_acquire) < n_threads_) POCKET_CPU_RELAX();
+  int spins = 0;
+  while (arrived_.load(std::memory_order_acquire) < n_threads_) Relax(spins);
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -46,7 +66,8 @@ void ThreadPool::Run(TaskRef fn) {
   generation_.fetch_add(1);
   if (sleeping_.load() > 0) generation_.notify_all();
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) POCKET_CPU_RELAX();
+  int spins = 0;
+  while (pending_.load(std::memory_order_acquire) != 0) Relax(spins);
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -54,8 +75,8 @@ void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
     uint64_t now = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
-      POCKET_CPU_RELAX();
+    for (int spin = 0, relax = 0; now == seen && spin < kWorkerChecks; ++spin) {
+      Relax(relax);
       now = generation_.load(std::memory_order_acquire);
     }
     if (now == seen) {
