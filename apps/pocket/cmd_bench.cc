@@ -72,8 +72,9 @@ Command AddBenchCommand(CLI::App& root) {
                 "measure the verification cost curve c(k) = forward of k tokens after the prompt / "
                 "one decode step, k = 1..16 (also with --spec)");
   app->add_option("--lora", f->lora,
-                  "also run each repetition with this LoRA adapter (PEFT directory[:SCALE], "
-                  "repeatable: all at once) right after the bare run, and compare")
+                  "also run each repetition with this LoRA adapter (PEFT directory, .gguf or "
+                  "adapter package[:SCALE], repeatable: all at once) back to back with the bare "
+                  "run, in alternating order, and compare (ratios: median of the pairs)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("--sessions", f->sessions,
                   "instead: N sessions generating together on the batched engine, for each N of "
@@ -311,8 +312,11 @@ Command AddBenchCommand(CLI::App& root) {
               std::printf("%s", ConstrainedMarkdownRow(r).c_str());
           }
           if (!results->empty() && !results->front().adapters.empty()) {
-            std::printf("\nLoRA adapters (each repetition: bare, then with the adapters)\n\n%s",
-                        LoraMarkdownHeader().c_str());
+            std::printf(
+                "\nLoRA adapters (each repetition a pair, bare and with the adapters back to back "
+                "in "
+                "alternating order; ratios: the median of the pairs' own)\n\n%s",
+                LoraMarkdownHeader().c_str());
             for (const BenchResult& r : *results) std::printf("%s", LoraMarkdownRow(r).c_str());
           }
           if (!results->empty() && !results->front().verify_cost.empty()) {

@@ -237,7 +237,9 @@ struct KernelTable {
   std::string_view name;
 
   // x: [n_tokens, cols] with row stride ldx -> out (sized by the caller for n_tokens, cols,
-  // out->group). When norm_weight is given, each row is RMS-normalized first (eps).
+  // out->group). When norm_weight is given, each row is RMS-normalized first (eps), exactly as
+  // rmsnorm below normalizes it: quantizing rmsnorm's output without norm_weight gives the same
+  // bits (callers that need the normalized row anyway, a LoRA term's input, normalize once).
   void (*quantize_rows)(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
                         const float* norm_weight, float eps, QuantizedRows* out);
 

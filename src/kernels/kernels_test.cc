@@ -84,6 +84,28 @@ TEST_P(KernelsTest, QuantizeRowsIsBitExact) {
   }
 }
 
+// Quantizing with the norm equals quantizing rmsnorm's output without it, bit for bit (the
+// forward pass normalizes a LoRA term's input once and quantizes that).
+TEST_P(KernelsTest, QuantizeRowsWithNormIsQuantizeOfRmsnorm) {
+  const KernelTable& k = *GetParam();
+  for (int32_t group : {32, 64, 512}) {
+    const int64_t n_tokens = 3, cols = 1024, ldx = cols + 5;
+    std::vector<float> x = Random(static_cast<size_t>(n_tokens * ldx), 21 + group, 3.0f);
+    x[7] = -55.0f;  // an outlier
+    const std::vector<float> w = Random(static_cast<size_t>(cols), 4);
+    std::vector<float> xn(static_cast<size_t>(n_tokens * cols));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      k.rmsnorm(x.data() + t * ldx, w.data(), 1e-6f, cols, xn.data() + t * cols);
+    }
+    Quantized fused(n_tokens, cols, group), apart(n_tokens, cols, group);
+    k.quantize_rows(x.data(), ldx, n_tokens, cols, w.data(), 1e-6f, &fused.rows);
+    k.quantize_rows(xn.data(), cols, n_tokens, cols, nullptr, 1e-6f, &apart.rows);
+    EXPECT_EQ(fused.q, apart.q) << k.name << " group " << group;
+    EXPECT_EQ(fused.scale, apart.scale) << k.name << " group " << group;
+    EXPECT_EQ(fused.sum, apart.sum) << k.name << " group " << group;
+  }
+}
+
 TEST_P(KernelsTest, PackedGemmIsBitExact) {
   const KernelTable& k = *GetParam();
   for (PackedCodes codes : {PackedCodes::kU4, PackedCodes::kU8}) {

@@ -87,7 +87,10 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
   const int64_t n_panels = l.p.layout.n_panels();
   const int64_t n_units = swiglu ? n_panels / 2 : n_panels;
   const int64_t cols = l.cols();
-  auto panels = [&](int64_t b, int64_t e, int t) {
+  // src: the row, normalized by src_norm inside the quantization (or already normalized, with
+  // src_norm null: the same bits, kernel_table.h).
+  auto panels_of = [&](int64_t b, int64_t e, int t, const float* src, int64_t ld,
+                       const float* src_norm) {
     float* scratch = p.thread_scratch(t);
     QuantizedRows qt;
     qt.q = reinterpret_cast<int8_t*>(scratch);
@@ -96,7 +99,7 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     qt.n_tokens = 1;
     qt.cols = cols;
     qt.group = l.p.layout.group;
-    p.k.quantize_rows(x, ldx, 1, cols, norm, p.c.rms_eps, &qt);
+    p.k.quantize_rows(src, ld, 1, cols, src_norm, p.c.rms_eps, &qt);
     if (lora != nullptr) {
       // This thread's panels' outputs of the term (gate and up rows of its pairs when fused).
       const int64_t rows = l.rows(), half = rows / 2;
@@ -117,7 +120,8 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
     }
   };
   if (lora == nullptr) {
-    p.pool.ParallelFor(n_units, panels);
+    p.pool.ParallelFor(n_units,
+                       [&](int64_t b, int64_t e, int t) { panels_of(b, e, t, x, ldx, norm); });
     return;
   }
   // With a low-rank term, still one region: each thread computes its share of the intermediates
@@ -127,17 +131,17 @@ void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int
   SpinBarrier barrier(p.pool.n_threads());
   p.pool.Run([&](int t) {
     const int64_t mb = p.pool.RangeBegin(n_mid, t), me = p.pool.RangeBegin(n_mid, t + 1);
+    const float* xn = x;
+    if (norm != nullptr) {  // normalized once, for the intermediates and the quantization
+      p.k.rmsnorm(x, norm, p.c.rms_eps, cols, p.s.lora_thread_xn(t));
+      xn = p.s.lora_thread_xn(t);
+    }
     if (mb < me) {
-      const float* xn = x;
-      if (norm != nullptr) {
-        p.k.rmsnorm(x, norm, p.c.rms_eps, cols, p.s.lora_thread_xn(t));
-        xn = p.s.lora_thread_xn(t);
-      }
       LoraMidRows(p, *lora, *set, xn, cols, 1, mb, me, p.s.lora_mid, 0, p.s.lora_scratch(t));
     }
     barrier.ArriveAndWait();
     const int64_t b = p.pool.RangeBegin(n_units, t), e = p.pool.RangeBegin(n_units, t + 1);
-    if (b < e) panels(b, e, t);
+    if (b < e) panels_of(b, e, t, xn, cols, nullptr);
   });
 }
 
@@ -177,11 +181,14 @@ void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int
     part.scale += b * q.n_groups();
     part.sum += b * q.n_groups();
     part.n_tokens = e - b;
-    p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
-    if (lora == nullptr) return;
+    if (lora == nullptr) {
+      p.k.quantize_rows(x + b * ldx, ldx, e - b, q.cols, norm, p.c.rms_eps, &part);
+      return;
+    }
     // The term's intermediates of this thread's rows (every rank row; one dot per row and
     // intermediate whatever the split), from the rows normalized into lora_xn when the matrix
-    // normalizes its input.
+    // normalizes its input; the quantization then reads the normalized rows (the same bits as
+    // normalizing inside it, kernel_table.h).
     const float* xn = x;
     int64_t ldxn = ldx;
     if (norm != nullptr) {
@@ -190,6 +197,7 @@ void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int
       xn = p.s.lora_xn;
       ldxn = q.cols;
     }
+    p.k.quantize_rows(xn + b * ldxn, ldxn, e - b, q.cols, nullptr, p.c.rms_eps, &part);
     for (int64_t r0 = b; r0 < e;) {
       const AdapterSet* set = sets[r0];
       int64_t r1 = r0 + 1;

@@ -604,19 +604,24 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
         *tg_s = w.elapsed_s();
         return Status::Ok();
       };
+      // With adapters, each repetition is a pair (bare, adapters) whose two halves run back to
+      // back, the order alternating from one repetition to the next, and the ratio is the
+      // median of the pairs' own ratios: this machine's speed drifts over seconds (other
+      // tenants), and a pair measured a second apart sees nearly the same machine while
+      // alternating cancels a steady drift within the pairs.
+      std::vector<double> pp_ratio, tg_ratio;
       for (int32_t run = 0; run <= config.repetitions; ++run) {
+        const bool adapters_first = !adapters.empty() && run % 2 == 0;
         say(StrCat(path, ": ", n_threads, " thread(s), ",
                    run == 0 ? "warm-up" : StrCat("run ", run, "/", config.repetitions), ": ", work,
-                   adapters.empty() ? "" : " (bare, then with the adapters)"));
-        const double cpu0 = ProcessCpuSeconds();
-        double pp_s = 0, tg_s = 0;
-        POCKET_RETURN_IF_ERROR(prefill_and_decode(&pp_s, &tg_s));
-        const double run_cpu = ProcessCpuSeconds() - cpu0;
-        if (!adapters.empty()) {
+                   adapters.empty() ? ""
+                   : adapters_first ? " (with the adapters, then bare)"
+                                    : " (bare, then with the adapters)"));
+        double lpp_s = 0, ltg_s = 0;
+        auto with_adapters = [&]() -> Status {
           Stopwatch sw;
           POCKET_RETURN_IF_ERROR(session->SetAdapters(adapters));
           const double on_us = static_cast<double>(sw.elapsed_us());
-          double lpp_s = 0, ltg_s = 0;
           POCKET_RETURN_IF_ERROR(prefill_and_decode(&lpp_s, &ltg_s));
           sw.Reset();
           POCKET_RETURN_IF_ERROR(session->SetAdapters({}));
@@ -627,6 +632,17 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
             switch_us.push_back(on_us);
             switch_us.push_back(off_us);
           }
+          return Status::Ok();
+        };
+        if (adapters_first) POCKET_RETURN_IF_ERROR(with_adapters());
+        const double cpu0 = ProcessCpuSeconds();
+        double pp_s = 0, tg_s = 0;
+        POCKET_RETURN_IF_ERROR(prefill_and_decode(&pp_s, &tg_s));
+        const double run_cpu = ProcessCpuSeconds() - cpu0;
+        if (!adapters.empty() && !adapters_first) POCKET_RETURN_IF_ERROR(with_adapters());
+        if (!adapters.empty() && run > 0) {
+          if (prefill) pp_ratio.push_back(pp_s / lpp_s);  // (n / lpp_s) / (n / pp_s)
+          tg_ratio.push_back(tg_s / ltg_s);
         }
         if (constraint != nullptr) {
           // The same decode from the same prompt (without one, from the start token), each token
@@ -693,10 +709,8 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
         r.lora_prefill_tokens_per_s = Summarize(lpp);
         r.lora_decode_tokens_per_s = Summarize(ltg);
         r.lora_switch_us = Summarize(switch_us);
-        if (prefill && r.prefill_tokens_per_s.median > 0) {
-          r.lora_prefill_ratio = r.lora_prefill_tokens_per_s.median / r.prefill_tokens_per_s.median;
-        }
-        r.lora_decode_ratio = r.lora_decode_tokens_per_s.median / r.decode_tokens_per_s.median;
+        if (prefill) r.lora_prefill_ratio = Summarize(pp_ratio);
+        r.lora_decode_ratio = Summarize(tg_ratio);
       }
       r.cpu_seconds = Summarize(cpu).median;
       if (constraint != nullptr && r.decode_tokens_per_s.median > 0) {
@@ -873,12 +887,17 @@ std::string BenchJson(const BenchResult& r) {
     std::snprintf(more, sizeof more,
                   ", \"adapters\": %s, \"adapter_bytes\": %llu, "
                   "\"lora_prefill_tokens_per_s\": %s, \"lora_decode_tokens_per_s\": %.3f, "
-                  "\"lora_prefill_ratio\": %s, \"lora_decode_ratio\": %.4f, "
+                  "\"lora_prefill_ratio\": %s, \"lora_prefill_ratio_min\": %s, "
+                  "\"lora_prefill_ratio_max\": %s, \"lora_decode_ratio\": %.4f, "
+                  "\"lora_decode_ratio_min\": %.4f, \"lora_decode_ratio_max\": %.4f, "
                   "\"lora_switch_us\": %.1f, \"lora_switch_us_max\": %.1f}",
                   JsonString(r.adapters).c_str(), static_cast<unsigned long long>(r.adapter_bytes),
                   JsonNumber(prefill, "%.3f", r.lora_prefill_tokens_per_s.median).c_str(),
                   r.lora_decode_tokens_per_s.median,
-                  JsonNumber(prefill, "%.4f", r.lora_prefill_ratio).c_str(), r.lora_decode_ratio,
+                  JsonNumber(prefill, "%.4f", r.lora_prefill_ratio.median).c_str(),
+                  JsonNumber(prefill, "%.4f", r.lora_prefill_ratio.min).c_str(),
+                  JsonNumber(prefill, "%.4f", r.lora_prefill_ratio.max).c_str(),
+                  r.lora_decode_ratio.median, r.lora_decode_ratio.min, r.lora_decode_ratio.max,
                   r.lora_switch_us.median, r.lora_switch_us.max);
     out += more;
   }
@@ -886,20 +905,24 @@ std::string BenchJson(const BenchResult& r) {
 }
 
 std::string LoraMarkdownHeader() {
-  return "| model | threads | adapters | adapter bytes | pp t/s bare | pp t/s adapters | ratio "
-         "| tg t/s bare | tg t/s adapters | ratio | switch us (max) |\n"
+  return "| model | threads | adapters | adapter bytes | pp t/s bare | pp t/s adapters "
+         "| pp ratio (pairs' range) | tg t/s bare | tg t/s adapters | tg ratio (pairs' range) "
+         "| switch us (max) |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|\n";
 }
 
 std::string LoraMarkdownRow(const BenchResult& r) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "| %s | %d | %s | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %.3f | %.0f (%.0f) |\n",
+                "| %s | %d | %s | %s | %.1f | %.1f | %.3f (%.3f-%.3f) | %.1f | %.1f | %.3f "
+                "(%.3f-%.3f) | %.0f (%.0f) |\n",
                 ModelName(r.model).c_str(), r.threads, r.adapters.c_str(),
                 HumanBytes(r.adapter_bytes).c_str(), r.prefill_tokens_per_s.median,
-                r.lora_prefill_tokens_per_s.median, r.lora_prefill_ratio,
-                r.decode_tokens_per_s.median, r.lora_decode_tokens_per_s.median,
-                r.lora_decode_ratio, r.lora_switch_us.median, r.lora_switch_us.max);
+                r.lora_prefill_tokens_per_s.median, r.lora_prefill_ratio.median,
+                r.lora_prefill_ratio.min, r.lora_prefill_ratio.max, r.decode_tokens_per_s.median,
+                r.lora_decode_tokens_per_s.median, r.lora_decode_ratio.median,
+                r.lora_decode_ratio.min, r.lora_decode_ratio.max, r.lora_switch_us.median,
+                r.lora_switch_us.max);
   return buf;
 }
 

@@ -52,8 +52,9 @@ struct BenchConfig {
   // The verification cost curve c(k) without speculative modes.
   bool verify_cost = false;
   // LoRA adapters (FILE|DIR[:SCALE], model/adapter.h): each repetition also runs the same
-  // prefill and decode with these adapters on the same session, right after the bare run
-  // (interleaved, so both see the same machine), and times the switches (Session::SetAdapters).
+  // prefill and decode with these adapters on the same session, back to back with the bare run
+  // (before it in even repetitions, after it in odd ones, so a pair sees the same machine and a
+  // drift cancels), and times the switches (Session::SetAdapters).
   std::vector<std::string> lora;
   // --sessions: the shared prefix of the prefix-cache measurement (0: n_prompt tokens).
   int32_t n_prefix = 0;
@@ -176,8 +177,9 @@ struct BenchResult {
   std::string adapters;        // AdapterSetName
   uint64_t adapter_bytes = 0;  // the adapters' factors as stored
   Stat lora_prefill_tokens_per_s, lora_decode_tokens_per_s;
-  double lora_prefill_ratio = 0;  // median with adapters / median bare
-  double lora_decode_ratio = 0;
+  // Throughput with adapters / bare: the median (and range) over the repetitions of each
+  // repetition's own pair, measured back to back in alternating order.
+  Stat lora_prefill_ratio, lora_decode_ratio;
   Stat lora_switch_us;  // one SetAdapters call (bare <-> adapters)
 };
 

@@ -29,8 +29,8 @@ import numpy as np
 
 import subprocess
 
-from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, ids_arg, load_npy,
-                     main_unittest, make_model, pocket, reference, work_path)
+from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, ids_arg, json_lines,
+                     load_npy, main_unittest, make_model, pocket, reference, work_path)
 
 N_PREFILL = 48
 N_DECODE = 12
@@ -390,6 +390,24 @@ class Package(unittest.TestCase):
         self.assertIn("no-such-adapter", z.stderr)
         self.assertEqual(z.stderr.count("adapters: "), 2, z.stderr)
         self.assertIn(":0.5", z.stderr.split("no-such-adapter")[-1])
+
+    def test_bench_compares_in_pairs(self):
+        """`pocket bench --lora` times every repetition bare and with the adapters back to back,
+        in alternating order (the progress says which went first), and reports the median of
+        the pairs' ratios with their range."""
+        model = make_model("lora-bench-tiny.gguf")
+        adapter = make_adapter("lora-bench-r8", model, "--rank", "8", "--seed", "13")
+        out = pocket("bench", "-m", model, "-t", 1, "-p", 16, "-n", 8, "-r", 3, "--lora", adapter,
+                     "--json")
+        r = json_lines(out.stdout)[0]
+        for kind in ("prefill", "decode"):
+            lo, mid, hi = (r["lora_%s_ratio%s" % (kind, s)] for s in ("_min", "", "_max"))
+            self.assertTrue(0 < lo <= mid <= hi, (kind, lo, mid, hi))
+        self.assertIn("bare, then with the adapters", out.stderr)
+        self.assertIn("with the adapters, then bare", out.stderr)
+        table = pocket("bench", "-m", model, "-t", 1, "-p", 16, "-n", 8, "-r", 2, "--lora",
+                       adapter).stdout
+        self.assertIn("pp ratio (pairs' range)", table)
 
     def test_a_task_is_an_adapter_and_a_head(self):
         """A classification head rides in the adapter package: `score --lora task.pocket` ranks
