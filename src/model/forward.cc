@@ -102,8 +102,10 @@ void LoraTerms(const Pass& p, const LoraTerm& lora, const float* xr, int64_t ldx
 }
 
 // The same with the adapters' low-rank term of `lora` added before the epilogue, for the rows
-// whose segment has adapters: chunks of up to kLoraChunkRows rows (the delta buffer's size), each
-// in its run's form; a chunk without adapters runs as it would with none at all.
+// whose segment has adapters: a packed run of several rows in its form with the term inside the
+// matrix's two regions (ProjectPacked), a one-row run in one region (ProjectOneRow), a dense
+// matrix in chunks of up to kLoraChunkRows rows (the delta buffer's size); rows without adapters
+// run as they would with none at all.
 void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const float* norm,
              const GemmOut& out, const LoraTerm& lora) {
   if (!p.any_adapters) {
@@ -116,6 +118,24 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
   const std::span<const ForwardScratch::FormRun> runs =
       l.packed ? p.runs : std::span<const ForwardScratch::FormRun>(&all, 1);
   for (const ForwardScratch::FormRun& run : runs) {
+    if (l.packed && run.row_end - run.row_begin > 1) {
+      // Several rows: the whole run in the matrix's own two regions, the term computed per chunk
+      // of rows inside them (ProjectPacked); a run without adapters as with none at all.
+      const int64_t n = run.row_end - run.row_begin;
+      bool any = false;
+      for (int32_t t = run.row_begin; t < run.row_end; ++t)
+        any |= HasAdapters(s.row_adapters[static_cast<size_t>(t)]);
+      GemmOut part = out;
+      part.y += run.row_begin * out.ld;
+      const float* xr = x + run.row_begin * ldx;
+      if (any) {
+        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles, &lora,
+                      s.row_adapters.data() + run.row_begin);
+      } else {
+        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles);
+      }
+      continue;
+    }
     for (int32_t c0 = run.row_begin; c0 < run.row_end; c0 += ForwardScratch::kLoraChunkRows) {
       const int32_t c1 = std::min(run.row_end, c0 + ForwardScratch::kLoraChunkRows);
       const int64_t n = c1 - c0;
@@ -134,10 +154,6 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
         continue;
       }
       const AdapterSet* const* sets = s.row_adapters.data() + c0;
-      if (any && l.packed) {  // the whole term inside the matrix's own two regions
-        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles, &lora, sets);
-        continue;
-      }
       if (any) LoraTerms(p, lora, xr, ldx, c0, c1, norm, cols);
       if (any) {
         // The outputs, split by output rows; runs of rows that share a set go together.
@@ -147,10 +163,8 @@ void Project(const Pass& p, const Linear& l, const float* x, int64_t ldx, const 
       }
       if (!l.packed) {
         ProjectDense(p.ctx, l, xr, ldx, n, norm, part);
-      } else if (n == 1) {
+      } else {  // a one-row run without adapters
         ProjectOneRow(p.ctx, l, xr, ldx, norm, part);
-      } else {
-        ProjectPacked(p.ctx, l, xr, ldx, n, norm, part, run.tiles);
       }
     }
   }

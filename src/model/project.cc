@@ -186,52 +186,82 @@ void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int
       return;
     }
     // The term's intermediates of this thread's rows (every rank row; one dot per row and
-    // intermediate whatever the split), from the rows normalized into lora_xn when the matrix
-    // normalizes its input; the quantization then reads the normalized rows (the same bits as
-    // normalizing inside it, kernel_table.h).
-    const float* xn = x;
-    int64_t ldxn = ldx;
-    if (norm != nullptr) {
-      for (int64_t r = b; r < e; ++r)
-        p.k.rmsnorm(x + r * ldx, norm, p.c.rms_eps, q.cols, p.s.lora_xn + r * q.cols);
-      xn = p.s.lora_xn;
-      ldxn = q.cols;
-    }
-    p.k.quantize_rows(xn + b * ldxn, ldxn, e - b, q.cols, nullptr, p.c.rms_eps, &part);
-    for (int64_t r0 = b; r0 < e;) {
-      const AdapterSet* set = sets[r0];
-      int64_t r1 = r0 + 1;
-      while (r1 < e && sets[r1] == set) ++r1;
-      if (set != nullptr && !set->empty()) {
-        LoraMidRows(p, *lora, *set, xn + r0 * ldxn, ldxn, r1 - r0, 0, LoraMidCount(*lora, *set),
-                    p.s.lora_mid + r0 * p.s.lora_mid_floats, p.s.lora_mid_floats,
-                    p.s.lora_scratch(t));
+    // intermediate whatever the split), from the rows normalized into this thread's part of
+    // lora_xn when the matrix normalizes its input, a few rows at a time; the quantization then
+    // reads the normalized rows (the same bits as normalizing inside it, kernel_table.h).
+    const int64_t sub = std::max(1, ForwardScratch::kLoraChunkRows / p.pool.n_threads());
+    for (int64_t s0 = b; s0 < e; s0 += sub) {
+      const int64_t s1 = std::min(e, s0 + sub);
+      const float* xn = x + s0 * ldx;
+      int64_t ldxn = ldx;
+      if (norm != nullptr) {
+        float* rows = p.s.lora_xn + t * sub * q.cols;
+        for (int64_t r = s0; r < s1; ++r)
+          p.k.rmsnorm(x + r * ldx, norm, p.c.rms_eps, q.cols, rows + (r - s0) * q.cols);
+        xn = rows;
+        ldxn = q.cols;
       }
-      r0 = r1;
+      QuantizedRows rows_q = q;
+      rows_q.q += s0 * q.cols;
+      rows_q.scale += s0 * q.n_groups();
+      rows_q.sum += s0 * q.n_groups();
+      rows_q.n_tokens = s1 - s0;
+      p.k.quantize_rows(xn, ldxn, s1 - s0, q.cols, nullptr, p.c.rms_eps, &rows_q);
+      for (int64_t r0 = s0; r0 < s1;) {
+        const AdapterSet* set = sets[r0];
+        int64_t r1 = r0 + 1;
+        while (r1 < s1 && sets[r1] == set) ++r1;
+        if (set != nullptr && !set->empty()) {
+          LoraMidRows(p, *lora, *set, xn + (r0 - s0) * ldxn, ldxn, r1 - r0, 0,
+                      LoraMidCount(*lora, *set), p.s.lora_mid + r0 * p.s.lora_mid_floats,
+                      p.s.lora_mid_floats, p.s.lora_scratch(t));
+        }
+        r0 = r1;
+      }
     }
   });
   const auto gemm = use_tiles ? p.k.prefill_gemm : p.k.packed_gemm;
   const int64_t rows = l.rows(), half = rows / 2;
-  if (out.epilogue == Epilogue::kSwiGlu) {
-    p.pool.ParallelFor(n_panels / 2, [&](int64_t b, int64_t e, int) {
-      if (lora != nullptr) {  // this thread's gate and up outputs of the term, then its panels
-        const int64_t o0 = std::min(b * kPanelRows, half), o1 = std::min(e * kPanelRows, half);
-        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n, o0, o1, p.s.lora_delta);
-        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n, half + o0, half + o1,
+  const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
+  // Panels [b, e) (units of two panels, gate and up, for SwiGLU) for every row. With a term,
+  // per chunk of up to kLoraChunkRows rows (the delta buffer's): the term's outputs of these
+  // panels into lora_delta, then their products. A thread reads and writes only its own panels'
+  // columns of the delta, so its chunks need no barrier between them.
+  auto panels_of = [&](int64_t b, int64_t e) {
+    const int64_t pb = swiglu ? 2 * b : b, pe = swiglu ? 2 * e : e;
+    if (lora == nullptr) {
+      gemm(l.p, q, pb, pe, out);
+      return;
+    }
+    const int64_t o0 = std::min(b * kPanelRows, swiglu ? half : rows);
+    const int64_t o1 = std::min(e * kPanelRows, swiglu ? half : rows);
+    for (int64_t c0 = 0; c0 < n; c0 += ForwardScratch::kLoraChunkRows) {
+      const int64_t c1 = std::min(n, c0 + ForwardScratch::kLoraChunkRows);
+      QuantizedRows qc = q;
+      qc.q += c0 * q.cols;
+      qc.scale += c0 * q.n_groups();
+      qc.sum += c0 * q.n_groups();
+      qc.n_tokens = c1 - c0;
+      GemmOut part = out;
+      part.y += c0 * out.ld;
+      bool any = false;
+      for (int64_t r = c0; r < c1; ++r) any |= sets[r] != nullptr && !sets[r]->empty();
+      if (any) {  // else the chunk runs as it would with no adapters at all
+        const float* mid = p.s.lora_mid + c0 * p.s.lora_mid_floats;
+        LoraDeltaRuns(p, *lora, sets + c0, mid, p.s.lora_mid_floats, c1 - c0, o0, o1,
                       p.s.lora_delta);
+        if (swiglu) {
+          LoraDeltaRuns(p, *lora, sets + c0, mid, p.s.lora_mid_floats, c1 - c0, half + o0,
+                        half + o1, p.s.lora_delta);
+        }
+        part.add = p.s.lora_delta;
+        part.ld_add = lora->width;
       }
-      gemm(l.p, q, 2 * b, 2 * e, out);
-    });
-  } else {
-    p.pool.ParallelFor(n_panels, [&](int64_t b, int64_t e, int) {
-      if (lora != nullptr) {
-        LoraDeltaRuns(p, *lora, sets, p.s.lora_mid, p.s.lora_mid_floats, n,
-                      std::min(b * kPanelRows, rows), std::min(e * kPanelRows, rows),
-                      p.s.lora_delta);
-      }
-      gemm(l.p, q, b, e, out);
-    });
-  }
+      gemm(l.p, qc, pb, pe, part);
+    }
+  };
+  p.pool.ParallelFor(swiglu ? n_panels / 2 : n_panels,
+                     [&](int64_t b, int64_t e, int) { panels_of(b, e); });
 }
 
 void ProjectDense(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,

@@ -72,11 +72,11 @@ int32_t TileBlock(const PackedLayout& l);
 void ProjectOneRow(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx,
                    const float* norm, const GemmOut& out, const LoraTerm* lora = nullptr,
                    const AdapterSet* set = nullptr);
-// With `lora` and `sets` (each row's adapter set; null or empty: none; n <= kLoraChunkRows), the
-// term joins in the same two regions: each thread computes the intermediates of the rows it
-// quantizes (into ForwardScratch::lora_mid, row stride lora_mid_floats), then the term's outputs
-// of its own panels for the n rows into out.add (which must point at ForwardScratch::lora_delta)
-// before its panels' products.
+// With `lora` and `sets` (each row's adapter set; null or empty: none; out.add null), the term
+// joins in the same two regions: each thread computes the intermediates of the rows it quantizes
+// (into ForwardScratch::lora_mid, row stride lora_mid_floats, sized for every row of a pass),
+// then per chunk of up to kLoraChunkRows rows the term's outputs of its own panels into
+// ForwardScratch::lora_delta and its panels' products with that delta as their additive term.
 void ProjectPacked(const ProjectContext& p, const Linear& l, const float* x, int64_t ldx, int64_t n,
                    const float* norm, const GemmOut& out, bool tiles,
                    const LoraTerm* lora = nullptr, const AdapterSet* const* sets = nullptr);

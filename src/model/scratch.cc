@@ -117,7 +117,8 @@ Status ForwardScratch::ReserveAdapters(const Model& model, int64_t mid_floats) {
   const int64_t per_thread = (dense + max_cols + 15) / 16 * 16;
   const int64_t delta = int64_t{kLoraChunkRows} * width;
   const int64_t xn = int64_t{kLoraChunkRows} * max_cols;
-  const int64_t mid = (int64_t{kLoraChunkRows} * mid_floats + 15) / 16 * 16;
+  // Intermediates of every row of a pass: a prefill computes them for all its rows in one region.
+  const int64_t mid = (int64_t{std::max(max_batch_, kLoraChunkRows)} * mid_floats + 15) / 16 * 16;
   const int64_t total = delta + xn + mid + n_threads_ * per_thread;
   std::unique_ptr<float[]> buffer(new (std::nothrow) float[static_cast<size_t>(total)]);
   if (buffer == nullptr) {

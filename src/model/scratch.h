@@ -93,12 +93,12 @@ class ForwardScratch {
 
   // Buffers of the adapters' low-rank terms (GemmOut::add), made by ReserveAdapters when a
   // session takes adapters (never on the decode path): the delta of up to kLoraChunkRows rows of
-  // the widest projection, their inputs and rank-sized intermediates, and per thread the dense
-  // kernels' scratch.
+  // the widest projection, their inputs, the rank-sized intermediates of every row, and per
+  // thread the dense kernels' scratch.
   static constexpr int32_t kLoraChunkRows = 64;
   float* lora_delta = nullptr;   // [kLoraChunkRows, lora_width]
   float* lora_xn = nullptr;      // [kLoraChunkRows, max(d_model, q_dim, d_ff)] normalized inputs
-  float* lora_mid = nullptr;     // [kLoraChunkRows, lora_mid_floats] intermediates
+  float* lora_mid = nullptr;     // [max(max_batch, kLoraChunkRows), lora_mid_floats] intermediates
   int64_t lora_width = 0;        // the widest projection's outputs (q|k|v, gate|up, ...)
   float* lora_thread = nullptr;  // [n_threads, lora_thread_floats]
   int64_t lora_thread_floats = 0;
