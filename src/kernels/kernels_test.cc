@@ -544,9 +544,10 @@ TEST_P(KernelsTest, DenseGemmIsBitExact) {
     std::vector<uint8_t> wq(row_bytes * rows);
     for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, &wf[r * cols], &wq[r * row_bytes], cols);
     WeightMatrix w{type, rows, cols, wq.data(), row_bytes};
-    // 1 and 2 tokens (the few-token form), 5, 9 and 11 (blocks of 6 tokens when the columns are
-    // whole vectors, then of 4, then the rest); rows [2, 23): blocks of 4 rows and the rest.
-    for (int64_t n_tokens : {1, 2, 5, 9, 11}) {
+    // 1 and 2 tokens (the few-token form), 5, 8, 9, 11 and 14 (blocks of 6 tokens when the
+    // columns are whole vectors, then of 4, then the last 1, 2 or 3 together); rows [2, 23):
+    // blocks of 4 rows and the rest.
+    for (int64_t n_tokens : {1, 2, 5, 8, 9, 11, 14}) {
       std::vector<float> x = Random(static_cast<size_t>(n_tokens * (cols + 3)), 41);
       for (Epilogue e : {Epilogue::kStore, Epilogue::kAccumulate}) {
         std::vector<float> want = Random(static_cast<size_t>(n_tokens * rows), 5), got = want;

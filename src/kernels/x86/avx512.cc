@@ -695,6 +695,29 @@ void DenseGemmFewTokens(const WeightMatrix& w, const float* x, int64_t ldx, int6
   }
 }
 
+// Four rows (as floats) times K tokens: 4 K accumulators, each the canonical dot of one row and
+// one token (masked loads on the last columns, as CanonicalDot).
+template <int K>
+void DenseRowsTokens(const float* const* rows, const float* x, int64_t ldx, int64_t cols,
+                     const GemmOut& out, int64_t t, int64_t r) {
+  __m512 acc[4][K];
+  for (int j = 0; j < 4; ++j) {
+    for (int u = 0; u < K; ++u) acc[j][u] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < cols; i += 16) {
+    const __mmask16 m = MaskFor(cols - i);
+    __m512 xv[K];
+    for (int u = 0; u < K; ++u) xv[u] = _mm512_maskz_loadu_ps(m, x + u * ldx + i);
+    for (int j = 0; j < 4; ++j) {
+      const __m512 wv = _mm512_maskz_loadu_ps(m, rows[j] + i);
+      for (int u = 0; u < K; ++u) acc[j][u] = _mm512_fmadd_ps(wv, xv[u], acc[j][u]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    for (int u = 0; u < K; ++u) StoreScalar(out, t + u, r + j, CanonicalReduce(acc[j][u]));
+  }
+}
+
 void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
                int64_t row_begin, int64_t row_end, const GemmOut& out, float* scratch) {
   if (n_tokens < 4 && w.type == DType::kQ8_0 && w.cols % 32 == 0) {
@@ -765,9 +788,15 @@ void DenseGemm(const WeightMatrix& w, const float* x, int64_t ldx, int64_t n_tok
           for (int u = 0; u < 4; ++u) StoreScalar(out, t + u, r + j, CanonicalReduce(acc[j][u]));
         }
       }
-      for (; t < n_tokens; ++t) {
-        for (int j = 0; j < 4; ++j)
-          StoreScalar(out, t, r + j, CanonicalDot(rows[j], x + t * ldx, w.cols));
+      // The last 1-3 tokens together (4 rows x up to 3 tokens: independent accumulators, where
+      // one canonical dot at a time would wait on its own chain of multiply-adds).
+      const int64_t left = n_tokens - t;
+      if (left == 1) {
+        DenseRowsTokens<1>(rows, x + t * ldx, ldx, w.cols, out, t, r);
+      } else if (left == 2) {
+        DenseRowsTokens<2>(rows, x + t * ldx, ldx, w.cols, out, t, r);
+      } else if (left == 3) {
+        DenseRowsTokens<3>(rows, x + t * ldx, ldx, w.cols, out, t, r);
       }
     }
   }
