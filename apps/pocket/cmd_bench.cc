@@ -39,8 +39,10 @@ Command AddBenchCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("-b,--batch", f->n_batch, "prefill chunk in tokens")->capture_default_str();
   app->add_option("--kv-type", f->kv_type, "KV cache type: f16, f32 or q8")->capture_default_str();
-  app->add_option("--kernels", f->kernels,
-                  "force a kernel table (reference, avx2, avx512, amx, neon, dotprod, i8mm)");
+  app->add_option(
+      "--kernels", f->kernels,
+      "force a kernel table (reference, avx2, avx512, amx, neon, dotprod, i8mm; default: "
+      "$POCKET_KERNELS, else the best: see `pocket kernels`)");
   app->add_flag("--no-amx", f->no_amx, "do not use AMX tiles (AVX-512 VNNI only)");
   app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
   app->add_flag("--no-huge-pages", f->no_huge_pages,

@@ -40,6 +40,7 @@ Command AddScoreCommand(CLI::App& root);
 Command AddMakeAdapterCommand(CLI::App& root);
 Command AddServeCommand(CLI::App& root);
 Command AddVoiceCommand(CLI::App& root);
+Command AddKernelsCommand(CLI::App& root);
 
 // Runtime errors (a file that does not load, a generation that fails): prints
 // "pocket: error: <message>" to stderr and returns 1.

@@ -47,8 +47,10 @@ void EngineFlags::Register(CLI::App* app) {
                    ->capture_default_str();
   app->add_option("-b,--batch", n_batch, "prefill chunk in tokens")->capture_default_str();
   app->add_option("--kv-type", kv_type, "KV cache type: f16, f32 or q8")->capture_default_str();
-  app->add_option("--kernels", kernels,
-                  "force a kernel table (reference, avx2, avx512, amx, neon, dotprod, i8mm)");
+  app->add_option(
+      "--kernels", kernels,
+      "force a kernel table (reference, avx2, avx512, amx, neon, dotprod, i8mm; default: "
+      "$POCKET_KERNELS, else the best: see `pocket kernels`)");
   app->add_flag("--no-amx", no_amx, "do not use AMX tiles (the best table without them)");
   app->add_flag("--no-repack", no_repack,
                 "keep GGUF Q4_0/Q4_1/Q8_0 matrices dense (float kernels, the oracle path)");
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
   commands.push_back(AddMakeAdapterCommand(app));
   commands.push_back(AddServeCommand(app));
   commands.push_back(AddVoiceCommand(app));
+  commands.push_back(AddKernelsCommand(app));
   // After the subcommands: a footer set earlier would be inherited by each of them.
   SetExamples(&app, {"pocket run -m model.pocket -p \"Once upon a time\" -n 64",
                      "pocket chat -m model.pocket",

@@ -91,6 +91,11 @@ POCKET_API pocket_status pocket_model_load(const char* path, const pocket_model_
 POCKET_API void pocket_model_free(pocket_model* model);
 POCKET_API int32_t pocket_model_vocab_size(const pocket_model* model);
 POCKET_API int32_t pocket_model_context_length(const pocket_model* model);
+/* The kernel table the model runs on ("avx512", "avx2", "reference", "neon", ...): the best one
+ * the CPU offers, or the one the environment variable POCKET_KERNELS names (as the CLI's
+ * --kernels; a name the CPU cannot run makes pocket_model_load fail with
+ * POCKET_ERR_INVALID_ARGUMENT). A static string; NULL for a NULL model. */
+POCKET_API const char* pocket_model_kernels(const pocket_model* model);
 
 /* ---- tokens ---- */
 /* Writes up to `capacity` ids; *n_ids receives the number the text needs (if it exceeds

@@ -171,6 +171,11 @@ int32_t pocket_model_context_length(const pocket_model* model) {
   return model == nullptr ? 0 : model->model->config().n_ctx_train;
 }
 
+const char* pocket_model_kernels(const pocket_model* model) {
+  // Table names are string literals (KernelTable::name views one), so NUL-terminated and static.
+  return model == nullptr ? nullptr : model->model->kernels().name.data();
+}
+
 pocket_status pocket_tokenize(const pocket_model* model, const char* text, size_t text_len,
                               bool parse_special, int32_t* ids, size_t capacity, size_t* n_ids,
                               pocket_error* err) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -833,15 +834,46 @@ TEST(KernelSelectionTest, BestTableAndForcing) {
   const std::vector<const KernelTable*> tables = AvailableKernelTables();
   ASSERT_FALSE(tables.empty());
   EXPECT_EQ(tables.front()->name, "reference");
-  EXPECT_EQ(&SelectKernels(), tables.back());
+  EXPECT_EQ(&BestKernels(), tables.back());
   auto forced = SelectKernels(KernelOptions{"reference", true});
   ASSERT_TRUE(forced.ok());
   EXPECT_EQ((*forced)->name, "reference");
   auto missing = SelectKernels(KernelOptions{"no-such-isa", true});
   EXPECT_FALSE(missing.ok());
+  // The default is POCKET_KERNELS's table when the suite runs under it, else the best.
+  const std::string env = KernelsFromEnvironment();
+  EXPECT_EQ(SelectKernels().name, env.empty() ? tables.back()->name : env);
   std::printf("kernel tables on this CPU:");
   for (const KernelTable* t : tables) std::printf(" %s", std::string(t->name).c_str());
   std::printf("\n");
+}
+
+// POCKET_KERNELS forces the default table; --kernels (KernelOptions::force) wins over it; a name
+// this CPU cannot run is an error naming the variable, not a silent fall back to another table.
+TEST(KernelSelectionTest, EnvironmentForcesTheDefault) {
+  const std::string saved = KernelsFromEnvironment();
+  const bool was_set = std::getenv(kKernelsEnvVar) != nullptr;
+  ASSERT_EQ(setenv(kKernelsEnvVar, "reference", 1), 0);
+  auto chosen = SelectKernels(KernelOptions{});
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  EXPECT_EQ((*chosen)->name, "reference");
+  auto option_wins = SelectKernels(KernelOptions{std::string(BestKernels().name), true});
+  ASSERT_TRUE(option_wins.ok());
+  EXPECT_EQ(*option_wins, &BestKernels());
+  ASSERT_EQ(setenv(kKernelsEnvVar, "no-such-isa", 1), 0);
+  auto bad = SelectKernels(KernelOptions{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("POCKET_KERNELS=\"no-such-isa\""), std::string::npos)
+      << bad.status().message();
+  ASSERT_EQ(setenv(kKernelsEnvVar, "", 1), 0);  // empty: as unset
+  auto best = SelectKernels(KernelOptions{});
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(*best, &BestKernels());
+  if (was_set) {
+    setenv(kKernelsEnvVar, saved.c_str(), 1);
+  } else {
+    unsetenv(kKernelsEnvVar);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kernels/select.h"
 
+#include <cstdlib>
+
 #include "kernels/cpu_features.h"
 #include "kernels/reference/reference_kernels.h"
 #include "kernels/tables.h"
@@ -43,15 +45,23 @@ std::vector<const KernelTable*> AvailableKernelTables() {
   return tables;
 }
 
+std::string KernelsFromEnvironment() {
+  const char* value = std::getenv(kKernelsEnvVar);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
 StatusOr<const KernelTable*> SelectKernels(const KernelOptions& options) {
   const std::vector<const KernelTable*> tables = AvailableKernelTables();
-  if (!options.force.empty()) {
+  const bool from_env = options.force.empty();
+  const std::string force = from_env ? KernelsFromEnvironment() : options.force;
+  if (!force.empty()) {
     for (const KernelTable* t : tables) {
-      if (t->name == options.force) return t;
+      if (t->name == force) return t;
     }
     std::string names;
     for (const KernelTable* t : tables) names += (names.empty() ? "" : ", ") + std::string(t->name);
-    return InvalidArgumentError("kernels ", QuoteBytes(options.force),
+    return InvalidArgumentError(from_env ? StrCat(kKernelsEnvVar, "=") : std::string("kernels "),
+                                QuoteBytes(force),
                                 " are not available on this CPU (available: ", names, ")");
   }
   for (auto it = tables.rbegin(); it != tables.rend(); ++it) {
@@ -61,9 +71,17 @@ StatusOr<const KernelTable*> SelectKernels(const KernelOptions& options) {
   return &ReferenceKernels();
 }
 
-const KernelTable& SelectKernels() {
-  static const KernelTable* const kBest = *SelectKernels(KernelOptions());
+const KernelTable& BestKernels() {
+  static const KernelTable* const kBest = AvailableKernelTables().back();
   return *kBest;
+}
+
+const KernelTable& SelectKernels() {
+  static const KernelTable* const kDefault = [] {
+    StatusOr<const KernelTable*> chosen = SelectKernels(KernelOptions());
+    return chosen.ok() ? *chosen : &BestKernels();
+  }();
+  return *kDefault;
 }
 
 double LogSumExp(const KernelTable& k, const float* x, int64_t n) {

@@ -49,7 +49,12 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& path,
   bind.huge_pages = options.huge_pages;
   POCKET_ASSIGN_OR_RETURN(m->weights_, BindWeights(src, m->config_, bind));
   POCKET_ASSIGN_OR_RETURN(m->classifier_, LoadClassifierHead(src, m->config_));
-  m->kernels_ = options.kernels != nullptr ? options.kernels : &SelectKernels();
+  if (options.kernels != nullptr) {
+    m->kernels_ = options.kernels;
+  } else {
+    // The default table, or POCKET_KERNELS's (a name this CPU cannot run is an error here).
+    POCKET_ASSIGN_OR_RETURN(m->kernels_, SelectKernels(KernelOptions()));
+  }
 
   if (!options.tokenizer_path.empty()) {
     POCKET_ASSIGN_OR_RETURN(m->tokenizer_,

@@ -689,6 +689,37 @@ int main(int argc, char** argv) {
   CHECK(st == POCKET_OK, "load: %s", err.message);
   CHECK(pocket_model_vocab_size(model) > 0, "vocab size");
 
+  /* The kernel table: the one POCKET_KERNELS names when the suite runs under it; a name this CPU
+   * cannot run fails the load naming the variable (no silent fall back to another table). */
+  const char* kernels = pocket_model_kernels(model);
+  CHECK(kernels != NULL && kernels[0] != '\0', "no kernel table");
+  printf("kernel table: %s\n", kernels);
+  const char* env_kernels = getenv("POCKET_KERNELS");
+  char saved_kernels[64] = "";
+  if (env_kernels != NULL && env_kernels[0] != '\0') {
+    CHECK(strcmp(kernels, env_kernels) == 0, "POCKET_KERNELS=%s but the model runs %s", env_kernels,
+          kernels);
+    snprintf(saved_kernels, sizeof(saved_kernels), "%s", env_kernels);
+  }
+  CHECK(pocket_model_kernels(NULL) == NULL, "kernels of NULL");
+  CHECK(setenv("POCKET_KERNELS", "no-such-isa", 1) == 0, "setenv");
+  st = pocket_model_load(argv[1], &mp, &bad, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && bad == NULL, "POCKET_KERNELS=no-such-isa gave %d",
+        (int)st);
+  CHECK(strstr(err.message, "POCKET_KERNELS") != NULL, "message: %s", err.message);
+  printf("expected error: %s: %s\n", pocket_status_name(st), err.message);
+  CHECK(setenv("POCKET_KERNELS", "reference", 1) == 0, "setenv");
+  st = pocket_model_load(argv[1], &mp, &bad, &err);
+  CHECK(st == POCKET_OK && strcmp(pocket_model_kernels(bad), "reference") == 0,
+        "POCKET_KERNELS=reference: %s", st == POCKET_OK ? pocket_model_kernels(bad) : err.message);
+  pocket_model_free(bad);
+  bad = NULL;
+  if (saved_kernels[0] != '\0') {
+    CHECK(setenv("POCKET_KERNELS", saved_kernels, 1) == 0, "setenv");
+  } else {
+    CHECK(unsetenv("POCKET_KERNELS") == 0, "unsetenv");
+  }
+
   const char* text = "Once upon a time";
   int32_t ids[64];
   size_t n_ids = 0;
