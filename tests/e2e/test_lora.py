@@ -11,8 +11,9 @@ applied at runtime by the engine, against the numpy reference that MERGES them i
 - Greedy tokens with an adapter equal the reference's greedy generation; with speculative
   decoding (prompt lookup) they are the same tokens.
 - Merge: `pocket convert --merge-lora` bakes the adapter into a package whose greedy tokens equal
-  runtime application on the package without it (stories260K; f32 and int8, where the merged
-  and the runtime sums round alike; int4 re-quantizes W + s*B*A, a different rounding).
+  runtime application on the package without it in f32 (stories260K); in int8 (which re-quantizes
+  W + s*B*A, a different rounding from the runtime's W codes plus the term) both stay within the
+  int8 quantizer's own mean KL against the reference, over the same tokens.
 - pocket's adapter package (`pocket convert BASE --lora ADAPTER -o task.pocket`): f32 factors give
   the PEFT adapter's logits bit for bit, f16 / int8 within their rounding; the package refuses a
   base of another shape or another fingerprint (same shape, other weights), and a corrupt or
@@ -448,27 +449,100 @@ class Package(unittest.TestCase):
 
 class Merge(unittest.TestCase):
     def test_merged_package_equals_runtime(self):
+        """f32: the merged package generates the runtime's greedy tokens, token for token (both
+        sums are f32 with rounding errors ~1e-7 of the logits, far below any top-2 gap a
+        96-token run of this model meets; the sibling f32 tests hold the same), and its logits
+        over those tokens (f32 KV cache) are the runtime's within 1e-5 of the largest, the
+        Fidelity tests' f32 tolerance (a merge 5% off the scale moves them by ~1e-2).
+
+        int8 is a different rounding, not the same computation: the merged package re-quantizes
+        W + s*B*A to int8 (per 32-column group, amax/127), while the runtime keeps W's int8 codes
+        and adds the f32 term. Equal greedy tokens over a long run would hold only by luck (they
+        diverged at token 89 of 96 on the AVX2 table). What the two do share is the error of the
+        int8 quantizer itself, so both are held to that, against the float64 numpy reference with
+        the adapter merged, over the same teacher-forced tokens (prompt + the f32 greedy run):
+          mean KL(reference || ours) <= 1.5 * KL_q + 1e-6,
+        where KL_q is the int8 base's own mean KL against the reference without the adapter,
+        measured in the same run: the merged weights have the groups' ranges of W + s*B*A instead
+        of W (the adapter moves them by a few percent) and are rounded by the same quantizer, so
+        their error is KL_q's order; the factor 1.5 covers that change and the positions' spread;
+        1e-6 is the f16 KV cache and activations' floor. (Measured on the reference, avx2,
+        avx512 and amx tables: 1.1-1.2 KL_q, and 1.9 KL_q for a merge 5% off the scale.) Against each other the merged and the
+        runtime logits carry two independent roundings, whose KLs add (KL ~ d^T F d / 2 for small
+        logit errors d): they are held to twice the bound. A package merged at another scale (0.7
+        for 0.8) must land outside the bound: the test can fail."""
         adapter = make_adapter("lora-stories", STORIES, "--rank", "4", "--targets",
                                "v,o,gate,up,down", "--init", "0.2", "--seed", "3")
         run = ("-p", "Once upon a time", "-n", 96, "--temp", 0, "--json")
-        for weights in ("f32", "int8"):
-            base, merged = work_path(f"merge-base-{weights}.pocket"), work_path(
-                f"merge-{weights}.pocket")
-            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights, "-o",
-                   base)
-            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights,
-                   "--merge-lora", adapter + ":0.8", "-o", merged)
-            bare = json.loads(pocket("run", "-m", base, *run).stdout)["tokens"]
-            runtime = json.loads(pocket("run", "-m", base, "--lora", adapter + ":0.8",
-                                        *run).stdout)["tokens"]
-            baked = json.loads(pocket("run", "-m", merged, *run).stdout)["tokens"]
-            print(weights, "runtime == merged:", runtime == baked, "differs from bare:",
-                  runtime != bare)
-            self.assertNotEqual(runtime, bare, weights)
-            self.assertEqual(baked, runtime, weights)
-            info = json.loads(pocket("info", merged, "--json").stdout)
-            self.assertEqual([m["path"] for m in info["merged_lora"]], [adapter])
-            self.assertAlmostEqual(info["merged_lora"][0]["scale"], 0.8, places=6)
+
+        def convert(weights, tag, *merge):
+            path = work_path(f"merge{tag}-{weights}.pocket")
+            pocket("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", weights, *merge,
+                   "-o", path)
+            return path
+
+        def greedy(model, *flags):
+            return json.loads(pocket("run", "-m", model, *flags, *run).stdout)["tokens"]
+
+        # f32: token for token.
+        base32, merged32 = convert("f32", "-base"), convert("f32", "", "--merge-lora",
+                                                             adapter + ":0.8")
+        bare = greedy(base32)
+        runtime = greedy(base32, "--lora", adapter + ":0.8")
+        baked = greedy(merged32)
+        print("f32 runtime == merged:", runtime == baked, "differs from bare:", runtime != bare)
+        self.assertNotEqual(runtime, bare)
+        self.assertEqual(baked, runtime)
+        info = json.loads(pocket("info", merged32, "--json").stdout)
+        self.assertEqual([m["path"] for m in info["merged_lora"]], [adapter])
+        self.assertAlmostEqual(info["merged_lora"][0]["scale"], 0.8, places=6)
+
+        # int8: both within the quantizer's own error of the reference, on the same tokens.
+        prompt = json.loads(pocket("tokenize", "-m", base32, "-p", "Once upon a time").stdout)["ids"]
+        ids = ids_arg(prompt + runtime)
+        f32_logits = []
+        for tag, model, flags in (("runtime", base32, ("--lora", adapter + ":0.8")),
+                                  ("merged", merged32, ())):
+            out = work_path(f"merge-{tag}-f32.npy")
+            pocket("logits", "-m", model, "--ids", ids, "--all", "--kv-type", "f32", *flags,
+                   "-o", out)
+            f32_logits.append(load_npy(out))
+        err = np.abs(f32_logits[0] - f32_logits[1]).max() / np.abs(f32_logits[0]).max()
+        print(f"f32 merged vs runtime logits: max error {err:.2e} of the largest")
+        self.assertLessEqual(err, 1e-5)
+        base8, merged8 = convert("int8", "-base"), convert("int8", "", "--merge-lora",
+                                                           adapter + ":0.8")
+        wrong8 = convert("int8", "-wrong-scale", "--merge-lora", adapter + ":0.7")
+
+        def logits(model, tag, *flags):
+            out = work_path(f"merge-{tag}.npy")
+            pocket("logits", "-m", model, "--ids", ids, "--all", *flags, "-o", out)
+            return load_npy(out)
+
+        def ref_logits(tag, *loras):
+            out = work_path(f"merge-{tag}.ref.npy")
+            reference("logits", STORIES, "--ids", ids, "--f64",
+                      *[a for l in loras for a in ("--lora", l)], "-o", out)
+            return load_npy(out)
+
+        ref_bare, ref_adapted = ref_logits("bare"), ref_logits("adapted", adapter + ":0.8")
+        kl_q = kl_mean(ref_bare, logits(base8, "bare-int8"))
+        bound = 1.5 * kl_q + 1e-6
+        rt = logits(base8, "runtime-int8", "--lora", adapter + ":0.8")
+        mg = logits(merged8, "merged-int8")
+        kls = {"runtime": kl_mean(ref_adapted, rt), "merged": kl_mean(ref_adapted, mg),
+               "merged vs runtime": kl_mean(rt, mg),
+               "merged at 0.7": kl_mean(ref_adapted, logits(wrong8, "wrong-int8"))}
+        print(f"int8 mean KL: base's own (KL_q) {kl_q:.3e}, bound {bound:.3e}; " +
+              ", ".join(f"{k} {v:.3e}" for k, v in kls.items()))
+        self.assertGreater(kl_q, 0)
+        self.assertLessEqual(kls["runtime"], bound)
+        self.assertLessEqual(kls["merged"], bound)
+        self.assertLessEqual(kls["merged vs runtime"], 2 * bound)
+        self.assertGreater(kls["merged at 0.7"], bound, "the bound cannot see a wrong scale")
+        info = json.loads(pocket("info", merged8, "--json").stdout)
+        self.assertEqual([m["path"] for m in info["merged_lora"]], [adapter])
+        self.assertAlmostEqual(info["merged_lora"][0]["scale"], 0.8, places=6)
 
     def test_merged_embedding_and_output_adapters(self):
         """stories260K ties its embedding and output matrices: merging adapters of both unties
