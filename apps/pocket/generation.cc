@@ -44,7 +44,9 @@ void GenerationFlags::Register(CLI::App* app) {
                   "dflash:DIR (a DFlash drafter directory); auto (the package's drafter, else "
                   "lookup, verified only while it pays); auto:MODE (MODE under that policy). "
                   "Default: auto when the model's package holds a drafter, else none");
-  app->add_option("--draft-max", draft_max, "--spec: tokens drafted per verification pass at most")
+  app->add_option("--draft-max", draft_max,
+                  "--spec: tokens drafted per verification pass at most (30 at most: longer "
+                  "passes would take the tile form, another rounding than plain decoding)")
       ->capture_default_str();
   app->add_option("--draft-min", draft_min, "--spec: shorter drafts are not verified")
       ->capture_default_str();

@@ -244,10 +244,11 @@ typedef struct pocket_generate_params {
    * copied from earlier text); "draft:FILE" (a draft model with the model's vocabulary);
    * "dflash:DIR" (a DFlash block drafter directory); "auto" (lookup, verified only while it
    * pays); "auto:MODE". The session keeps the drafter (a draft model's session, a block
-   * drafter's context) for later calls with the same spec. Up to draft_max (default 8) tokens per
-   * verification pass; shorter drafts than draft_min (default 1) are not verified; a draft model
-   * stops drafting below draft_p_min top probability (default 0). Appended in 0.13: callers
-   * compiled against an older header must be rebuilt. */
+   * drafter's context) for later calls with the same spec. Up to draft_max (default 8, at most 30:
+   * longer passes would round differently from plain decoding) tokens per verification pass;
+   * shorter drafts than draft_min (default 1) are not verified; a draft model stops drafting below
+   * draft_p_min top probability (default 0). Appended in 0.13: callers compiled against an older
+   * header must be rebuilt. */
   const char* spec;
   int32_t draft_max;
   int32_t draft_min;

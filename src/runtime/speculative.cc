@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "base/timer.h"
+#include "model/project.h"
 #include "runtime/session.h"
 #include "runtime/spec_policy.h"
 #include "runtime/token_step.h"
@@ -96,7 +97,11 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
   const int32_t vocab = model_->config().vocab_size;
   const size_t d_model = static_cast<size_t>(model_->config().d_model);
   const size_t n_ctx = static_cast<size_t>(kv_.n_ctx());
-  const int32_t draft_max = std::min(options.draft_max, n_batch_ - 1);
+  // A verify pass (draft + 1 rows, one causal segment) stays below the tile form's threshold:
+  // from kTileFormMinRows rows a table with a tile engine computes the segment in the tile form,
+  // a different rounding from plain decoding's one row, and speculation must give plain
+  // decoding's tokens on every table.
+  const int32_t draft_max = std::min({options.draft_max, n_batch_ - 1, kTileFormMinRows - 2});
   if (draft_max < 1) return Status::Ok();  // (a batch of one row: nothing to verify with)
   const int32_t draft_min = std::min(options.draft_min, draft_max);
   spec_context_.reserve(n_ctx + 1);

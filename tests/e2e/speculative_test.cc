@@ -492,6 +492,50 @@ TEST(SpeculativeQwen3, RandomWeightModelsWithEveryDrafter) {
   }
 }
 
+TEST(SpeculativeQwen3, LongDraftsArePlainDecoding) {
+  // A draft longer than the tile form's threshold (kTileFormMinRows): the target as its own draft
+  // model accepts every drafted token, so unclamped verify passes would be 41 rows, which a table
+  // with a tile engine (avx512, amx) computes in the tile form, a different rounding from plain
+  // decoding's one row. Verify passes stay in the exact form on every table: the same tokens and
+  // the same bits of the last logits as plain decoding. Q8_0, so the matrices are packed.
+  const std::string dir = ::testing::TempDir() + "/spec-long";
+  std::filesystem::create_directories(dir);
+  auto config = PresetConfig("tiny", Architecture::kQwen3);
+  ASSERT_TRUE(config.ok());
+  SyntheticOptions so;
+  so.config = *config;
+  so.seed = 5;
+  so.weight_type = DType::kQ8_0;
+  ASSERT_TRUE(WriteSyntheticGguf(so, dir + "/target.gguf").ok());
+  auto target = Model::Load(dir + "/target.gguf");
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  auto session = Session::Create(*target, SessionOptions{.n_ctx = 256, .n_threads = 2});
+  ASSERT_TRUE(session.ok());
+  auto self_draft = MakeDraftModel(*target, **target, 0.0f);
+  const std::vector<int32_t> prompt = {7, 300, 12, 900, 41, 5};
+  GenerateOptions o;
+  o.sampling.temperature = 0.0f;
+  o.max_tokens = 100;
+  o.ignore_stop_tokens = true;
+  auto plain = (*session)->Generate(std::span<const int32_t>(prompt), o);
+  ASSERT_TRUE(plain.ok());
+  const std::vector<float> plain_logits((*session)->last_logits().begin(),
+                                        (*session)->last_logits().end());
+  o.drafter = self_draft.get();
+  o.draft_max = 40;
+  o.draft_min = 1;
+  (*session)->Reset();
+  auto spec = (*session)->Generate(std::span<const int32_t>(prompt), o);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->tokens, plain->tokens);
+  EXPECT_GT(spec->n_draft_accepted, 60) << "the self-draft should be accepted";
+  const std::vector<float> spec_logits((*session)->last_logits().begin(),
+                                       (*session)->last_logits().end());
+  ASSERT_EQ(spec_logits.size(), plain_logits.size());
+  EXPECT_TRUE(spec_logits == plain_logits)
+      << "the last logits differ from plain decoding's (" << (*target)->kernels().name << ")";
+}
+
 TEST_F(SpeculativeTest, ContextEndIsPlainDecodingToo) {
   SessionOptions so;
   so.n_ctx = 48;
