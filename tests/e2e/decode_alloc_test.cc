@@ -159,6 +159,7 @@ TEST_P(DecodeAllocTest, SamplingWithPenaltiesAndStopStrings) {
   o.sampling.frequency_penalty = 0.2f;
   o.sampling.seed = 7;
   o.max_tokens = 48;
+  o.ignore_stop_tokens = true;  // 24+ pieces on every table, whatever the story does
   o.stop_strings = {"zzzz", "qqq"};
   ExpectNoAllocationPerToken(GenerateTraced(*session_, o), 24);
 }
@@ -168,6 +169,7 @@ TEST_P(DecodeAllocTest, SpeculativeWithPromptLookup) {
   GenerateOptions o;
   o.sampling.temperature = 0.0f;
   o.max_tokens = 64;
+  o.ignore_stop_tokens = true;  // 24+ pieces on every table, whatever the story does
   o.drafter = &lookup;
   const Trace t = GenerateTraced(*session_, o);
   EXPECT_GT(t.result.n_verify_passes, 0);
@@ -179,6 +181,7 @@ TEST_P(DecodeAllocTest, SpeculativeWithADraftTree) {
   GenerateOptions o;
   o.sampling.temperature = 0.0f;
   o.max_tokens = 64;
+  o.ignore_stop_tokens = true;  // 24+ pieces on every table, whatever the story does
   o.drafter = &lookup;
   const Trace t = GenerateTraced(*session_, o);
   EXPECT_GT(t.result.n_tree_passes, 0);
@@ -198,6 +201,7 @@ TEST_P(DecodeAllocTest, SpeculativeWithADraftModel) {
       o.sampling.temperature = draft_temperature;  // a sampled draft under a sampled target
       o.sampling.seed = 3;
       o.max_tokens = 64;
+      o.ignore_stop_tokens = true;  // 24+ pieces on every table, whatever the story does
       o.drafter = drafter->get();
       o.spec_auto = automatic;
       SCOPED_TRACE(testing::Message()
@@ -235,6 +239,7 @@ TEST_P(DecodeAllocTest, SpeculativeWithABlockDrafter) {
     GenerateOptions o;
     o.sampling.temperature = 0.0f;
     o.max_tokens = 64;
+    o.ignore_stop_tokens = true;  // 24+ pieces on every table, whatever the story does
     o.drafter = drafter->get();
     o.spec_auto = automatic;
     session_->Reset();

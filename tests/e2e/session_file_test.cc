@@ -140,7 +140,9 @@ TEST(SessionFileTest, ErrorsNameTheProblemAndLeaveTheSessionAsItWas) {
   ASSERT_TRUE(model);
   const std::string path = Dir() + "/good.session";
   auto a = NewSession(model, KvType::kF16);
-  ASSERT_TRUE(a->Generate(kFirst, Greedy(40)).ok());
+  GenerateOptions forty = Greedy(40);
+  forty.ignore_stop_tokens = true;  // 47 tokens below on every table, whatever the story does
+  ASSERT_TRUE(a->Generate(kFirst, forty).ok());
   ASSERT_TRUE(a->Save(path).ok());
   auto s = NewSession(model, KvType::kF16);
   ASSERT_TRUE(s->Generate(kSecond, Greedy(3)).ok());
