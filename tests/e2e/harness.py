@@ -72,6 +72,30 @@ def json_lines(text):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def assert_greedy_agrees(test, ours, ref, model, prompt_ids, tie, ref_args=()):
+    """Greedy tokens of the engine (`ours`) and of the numpy reference (`ref`), generated from
+    `prompt_ids`: equal token for token, except that two computations that round differently may
+    part at a near-tie. At the first position k where they differ, the reference's logits after
+    prompt + ref[:k] must rank ref[k] first and ours[k] within `tie` of it (`tie`: the engine's
+    error bound against the reference on this path); both continuations of such a tie are right,
+    so the comparison ends there. Returns how many tokens agree."""
+    n = min(len(ours), len(ref))
+    k = next((i for i in range(n) if ours[i] != ref[i]), n)
+    if k == n:
+        test.assertEqual(len(ours), len(ref), "one run stopped where the other went on")
+        return k
+    out = work_path(f"greedy-tie-{os.getpid()}.npy")
+    reference("logits", model, "--ids", ids_arg(list(prompt_ids) + list(ref[:k])), *ref_args,
+              "-o", out)
+    row = load_npy(out)[-1]
+    gap = float(row[ref[k]] - row[ours[k]])
+    print(f"greedy runs part at token {k}: reference logit of its token {ref[k]} is {gap:.2e} "
+          f"above ours ({ours[k]}); near-tie bound {tie:g}")
+    test.assertEqual(int(row.argmax()), ref[k], "the reference's own greedy token")
+    test.assertLessEqual(gap, tie, f"token {k}: not a near-tie, the engine chose another token")
+    return k
+
+
 def main_unittest():
     import unittest
     unittest.main(argv=[sys.argv[0], "-v"], exit=True)

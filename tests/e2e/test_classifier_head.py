@@ -24,8 +24,10 @@ from harness import main_unittest, make_model, pocket, reference, work_path
 ORACLE = ("--no-repack", "--kv-type", "f32")
 ORACLE_TOLERANCE = 1e-4
 # The int4 package through the integer kernels (int8 activations) and the f16 KV cache, against
-# the reference dequantizing the same package: measured 3.3e-2 on logits spread over 1.7 (every
-# kernel table gives the same numbers).
+# the reference dequantizing the same package: measured 3.3e-2 on logits spread over 1.7. The
+# tables differ only in their exp approximations (attention, SiLU), which the int8 activations
+# can round into a code's step: far below this tolerance (`scripts/test.sh` reruns it on the
+# reference table).
 FAST_TOLERANCE = 0.1
 LABELS = ["positive", "negative", "neutral", "mixed"]
 D_MODEL = 256  # the tiny preset

@@ -101,9 +101,12 @@ class ConvertStories260K(unittest.TestCase):
         common = {"the", "was", "and", "a", "to", "she", "he", "they", "her", "day"}
         self.assertGreater(sum(w.lower() in common for w in words), 10)
         self.assertIn(".", ours["text"])
-        # The same start as the original (measured: 16 tokens, then 4-bit weights pick another
-        # word; every kernel table gives the same numbers).
-        self.assertGreaterEqual(agreeing_prefix(ours["tokens"], orig), 12)
+        # The same start as the original (measured: 16 tokens on the reference, avx2, avx512
+        # and amx tables, then 4-bit weights pick another word). Greedy runs of two roundings:
+        # the threshold leaves room for a near-tie the tables' exp approximations could flip.
+        prefix = agreeing_prefix(ours["tokens"], orig)
+        print(f"int4 greedy = the original's for {prefix} tokens")
+        self.assertGreaterEqual(prefix, 12)
 
     def test_runtime_matches_the_reference_on_the_package(self):
         ids = self.prompt_ids + self.original["tokens"]
@@ -129,8 +132,12 @@ class ConvertStories260K(unittest.TestCase):
             self.assertLess(kl, KL_TOLERANCE)
         self.assertGreater(agreement["int4"], 0.8)   # measured 86%
         self.assertGreater(agreement["int8"], 0.97)  # measured 99.5%
+        # Greedy int8 against the f32 original (two roundings): the one teacher-forced miss of
+        # 200 comes at token 57 on the reference, avx2 and amx tables; printed for the margin.
         ours8 = greedy(self.packages["int8"])
-        self.assertGreaterEqual(agreeing_prefix(ours8["tokens"], self.original["tokens"]), 40)
+        prefix8 = agreeing_prefix(ours8["tokens"], self.original["tokens"])
+        print(f"int8 greedy = the original's for {prefix8} tokens")
+        self.assertGreaterEqual(prefix8, 40)
 
 
 class Bench(unittest.TestCase):

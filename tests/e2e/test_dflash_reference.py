@@ -92,7 +92,12 @@ class DrafterMatchesReference(unittest.TestCase):
         B = 9
         ours = a.reshape(4, B, -1)[:, 1:].argmax(axis=2)
         theirs = b.reshape(4, B, -1)[:, 1:].argmax(axis=2)
-        self.assertTrue((ours == theirs).all(), f"drafts differ: {ours} vs {theirs}")
+        # The same drafts, except where the reference's top two are within the tolerance (two
+        # roundings may order a near-tie either way): those rows are left out, and must be few.
+        top2 = np.sort(b.reshape(4, B, -1)[:, 1:], axis=2)[..., -2:]
+        clear = (top2[..., 1] - top2[..., 0]) > 2 * TOLERANCE * np.abs(b).max()
+        self.assertGreaterEqual(int(clear.sum()), clear.size - 2, "too many near-ties to compare")
+        self.assertTrue((ours == theirs)[clear].all(), f"drafts differ: {ours} vs {theirs}")
 
     def test_llama_target_bf16_drafter_other_shape(self):
         # Interleaved-RoPE target (GGUF llama), untied output; a 3-layer bf16 drafter of block 5.

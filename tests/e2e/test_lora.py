@@ -30,8 +30,9 @@ import numpy as np
 
 import subprocess
 
-from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, ids_arg, json_lines,
-                     load_npy, main_unittest, make_model, pocket, reference, work_path)
+from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, assert_greedy_agrees, ids_arg,
+                     json_lines, load_npy, main_unittest, make_model, pocket, reference,
+                     work_path)
 
 N_PREFILL = 48
 N_DECODE = 12
@@ -262,8 +263,15 @@ class Generation(unittest.TestCase):
                 print("with the adapter:", j["text"])
         print("without it:      ", bare["text"])
         self.assertNotEqual(",".join(str(t) for t in bare["tokens"]), outs["plain"])
-        self.assertEqual(outs["plain"], ref)
-        self.assertEqual(outs["lookup"], ref)
+        # Speculation gives plain decoding's tokens by design (the same table verifies them).
+        self.assertEqual(outs["lookup"], outs["plain"])
+        # The engine and the reference round differently (f32 KV; the error is ~1e-5 on these
+        # logits): equal up to a near-tie, if any.
+        prompt_ids = json.loads(pocket("tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK,
+                                       "-p", prompt).stdout)["ids"]
+        assert_greedy_agrees(self, [int(t) for t in outs["plain"].split(",")],
+                             [int(t) for t in ref.split(",") if t], STORIES, prompt_ids, 1e-3,
+                             ref_args=("--lora", adapter))
 
 
     def test_packed_base_speculation_and_threads(self):

@@ -148,7 +148,11 @@ class ServeTest(unittest.TestCase):
         require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
         model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
-        server = Server("-m", model, "--api-key", KEY, "--parallel", "4", "-t", "2")
+        # f32 KV: a prompt evaluated fresh and one re-evaluated after a cache hit (other chunk
+        # sizes) give the same bits on every table (an f16 cache takes bf16 tile attention on
+        # amx for 32+ rows); the whole vs streamed comparisons below rely on it.
+        server = Server("-m", model, "--api-key", KEY, "--parallel", "4", "-t", "2",
+                        "--kv-type", "f32")
         try:
             status, _, data = server.request("POST", "/tokenize", {"content": "<tool_call>"})
             self.assertEqual(status, 200, data)
@@ -477,8 +481,10 @@ class ServeTest(unittest.TestCase):
         # tokens in a few tenths of a second here); the drain must outlast it on a loaded CI
         # machine, where 30 s (the default) cut it at 955 tokens: two busy processes on two cores
         # make the thread pool's per-step barriers wait out time slices.
+        # f32 KV: the reloaded session re-evaluates the last prompt token alone, which must give
+        # the bits the first request's prefill gave it on every table (see above).
         args = ("-m", model, "--parallel", "2", "-t", "2", "-c", "2048", "--session-dir", sessions,
-                "--drain-timeout", "300")
+                "--drain-timeout", "300", "--kv-type", "f32")
         server = Server(*args)
         result = {}
 
@@ -625,11 +631,13 @@ class ServeTest(unittest.TestCase):
                             "--spec", "lookup"], capture_output=True, text=True, timeout=60)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--parallel 1", p.stderr)
-        server = Server("-m", model, "--parallel", "1", "--spec", "lookup", "-t", "2")
+        # f32 KV: the cached prompt's re-evaluation gives the same bits on every table.
+        server = Server("-m", model, "--parallel", "1", "--spec", "lookup", "-t", "2",
+                        "--kv-type", "f32")
         try:
             prompt = "one two three four five six " * 6
             want = json.loads(pocket("run", "-m", model, "-t", "2", "-p", prompt, "-n", "40",
-                                     "--temp", "0", "--json").stdout)["text"]
+                                     "--temp", "0", "--json", "--kv-type", "f32").stdout)["text"]
             body = {"model": server.model, "prompt": prompt, "max_tokens": 40, "temperature": 0}
             status, _, data = server.request("POST", "/v1/completions", body)
             self.assertEqual(status, 200, data)

@@ -1,11 +1,12 @@
 """The real tiny trained model: pocket's greedy output for stories260K is readable English and
-equals the numpy reference token for token (and llama2.c's own known-good output, which the
-reference's self-check pins)."""
+equals the numpy reference token for token up to a near-tie, if any (and llama2.c's own
+known-good output, which the reference's self-check pins), with the f16 and the f32 KV cache."""
 import json
 import re
 import unittest
 
-from harness import STORIES, STORIES_TOK, main_unittest, pocket, reference, require
+from harness import (STORIES, STORIES_TOK, assert_greedy_agrees, main_unittest, pocket, reference,
+                     require)
 
 
 class Stories260K(unittest.TestCase):
@@ -20,8 +21,18 @@ class Stories260K(unittest.TestCase):
         ref_ids = [int(x) for x in ref.stdout.strip().split(",") if x]
         print("pocket:", ours["text"][:300])
         print(f"{len(ours['tokens'])} tokens, stop: {ours['stop_reason']}")
-        self.assertEqual(ours["tokens"], ref_ids[:len(ours["tokens"])])
-        self.assertEqual(len(ours["tokens"]), len(ref_ids))
+        prompt_ids = json.loads(pocket("tokenize", "-m", STORIES, "--tokenizer", STORIES_TOK,
+                                       "-p", prompt).stdout)["ids"]
+        # The default f16 KV cache: max |logit error| against the reference measured 0.023 over
+        # these 205 positions on the reference, avx2 and amx tables, while the reference's top-2
+        # gap falls to 0.004 at one of them: a near-tie bound of twice the error.
+        agreed = assert_greedy_agrees(self, ours["tokens"], ref_ids, STORIES, prompt_ids, 0.05)
+        # The f32 cache: error 1.8e-5 (the same tables), bound 1e-3.
+        ours32 = json.loads(pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", prompt,
+                                   "-n", 200, "--temp", 0, "--json", "--kv-type", "f32").stdout)
+        agreed32 = assert_greedy_agrees(self, ours32["tokens"], ref_ids, STORIES, prompt_ids, 1e-3)
+        print(f"tokens equal to the reference's: {agreed} (f16 KV), {agreed32} (f32 KV) of "
+              f"{len(ref_ids)}")
         # Readable English: mostly letters and spaces, real words, sentences.
         text = ours["text"]
         words = re.findall(r"[A-Za-z]+", text)
