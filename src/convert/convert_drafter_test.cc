@@ -161,6 +161,8 @@ TEST(ConvertDrafterTest, PackagedDrafterEqualsTheDirectoryLoadedOne) {
     const uint8_t* fc = p.fc().packed ? p.fc().p.data : p.fc().w.data;
     EXPECT_GE(reinterpret_cast<const char*>(fc), data.data());
     EXPECT_LT(reinterpret_cast<const char*>(fc), data.data() + data.size());
+    // Here and below: both drafters hold the same values (one scalar quantizer) and draft on one
+    // table in passes under 32 rows: the same bits by design.
     const std::vector<float> a = BlockLogits(model, *packaged), b = BlockLogits(model, *loaded);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)

@@ -104,6 +104,8 @@ TEST(ConcurrencyTest, SessionsOnManyThreadsShareAPrefixCache) {
         if (r->stop_reason == StopReason::kCancelled) {
           ++cancelled;
         } else if (r->tokens != expected[static_cast<size_t>(v)]) {
+          // Exact: the thread count never changes a value, and stories260K (f32, head_dim 8)
+          // never takes a tile form, so a restored prefix gives the same bits too.
           ++mismatches;
         }
         const std::string path = dir + "/s" + std::to_string(t) + ".session";

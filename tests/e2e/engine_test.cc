@@ -137,6 +137,7 @@ struct Fixture {
     Prepared q = Prepare(*model, c);
     auto g = t->Generate(std::span<const int32_t>(q.prompt), q.options);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
+    // One table, and both evaluate the prompt in the session's own n_batch chunks: by design.
     if (r.ok() && g.ok()) {
       EXPECT_EQ(g->tokens, r->tokens) << c.prompt;
       EXPECT_EQ(g->text, r->text) << c.prompt;
@@ -154,6 +155,8 @@ struct Fixture {
   std::unique_ptr<Engine> engine;
 };
 
+// Same table and same chunk sizes (n_batch == max_chunk): batched and alone are bit-identical by
+// design.
 void ExpectSame(const GenerateResult& batched, const GenerateResult& alone, size_t i) {
   EXPECT_EQ(batched.tokens, alone.tokens) << "request " << i;
   EXPECT_EQ(batched.text, alone.text) << "request " << i;
@@ -372,6 +375,8 @@ TEST(EngineTest, QuantizedBatchWithAdaptersMatchesAlone) {
     auto alone = session(i % 2 == 1);
     auto expected = alone->GenerateUnbatched(std::span<const int32_t>(prompts[i]), options[i]);
     ASSERT_TRUE(expected.ok());
+    // Same table, same 40-row chunks (n_batch == max_chunk): the same forms on both sides. No
+    // tokenizer, so no stop ids: 24 tokens by construction.
     EXPECT_EQ(r->tokens, expected->tokens) << "request " << i;
     EXPECT_EQ(r->tokens.size(), 24u) << "request " << i;
     // The adapter changes what the session generates (else the mix would prove nothing).
@@ -444,6 +449,7 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
   for (size_t i = 0; i < cases.size(); ++i) {
     auto r = e.Take(ids[i]);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // A swapped session is saved and restored bit for bit, so swaps change nothing either.
     ExpectSame(*r, alone[i], i);
     const std::vector<int32_t> history(sessions[i]->history().begin(),
                                        sessions[i]->history().end());
@@ -539,6 +545,7 @@ TEST(EngineTest, AnOlderSwappedRequestComesBackBeforeNewerOnes) {
   auto ra = e.Take(*ida);
   auto rc = e.Take(idc);
   ASSERT_TRUE(rx.ok() && ra.ok() && rc.ok());
+  // Same table and chunks as alone, and swaps restore the KV bits exactly: the same tokens.
   EXPECT_EQ(rx->tokens, want_x);
   EXPECT_EQ(ra->tokens, want_a);
   EXPECT_EQ(rc->tokens, want_c);

@@ -110,6 +110,7 @@ TEST_P(ForwardBatchTest, EveryRowComputesWhatItComputesAlone) {
     batch.logits = got.data();
     ASSERT_TRUE(Forward(*f.model, f.scratch, f.pool, batch).ok());
     const size_t v = static_cast<size_t>(f.vocab);
+    // Same table both ways, and the form follows each segment's own rows (1, 40, 5): by design.
     for (size_t i = 0; i < v; ++i) ASSERT_EQ(got[i], want_a[i]) << "decode row, logit " << i;
     for (size_t i = 0; i < want_b.size(); ++i) ASSERT_EQ(got[v + i], want_b[i]) << "prompt " << i;
     for (size_t i = 0; i < want_c.size(); ++i)
@@ -139,11 +140,13 @@ TEST_P(ForwardBatchTest, OutputRowsHiddenStatesAndLayers) {
   b.hidden_layers = layers;
   b.layer_hidden = layer_hidden.data();
   ASSERT_TRUE(Forward(*f.model, f.scratch, f.pool, b).ok());
+  // 12 rows < kTileFormMinRows: the output matrix takes the exact form for 2 rows or 12.
   for (size_t i = 0; i < v; ++i) {
     ASSERT_EQ(logits[i], all[3 * v + i]);
     ASSERT_EQ(logits[v + i], all[11 * v + i]);
   }
   // The last layer's residual stream through the final norm is the final hidden state.
+  // Forward applies this table's rmsnorm kernel to the same row: the same bits.
   std::vector<float> normed(d);
   for (size_t r = 0; r < 2; ++r) {
     f.model->kernels().rmsnorm(layer_hidden.data() + (2 + r) * d, f.model->weights().output_norm,
@@ -179,6 +182,7 @@ TEST_P(ForwardBatchTest, BidirectionalSegmentsSeeTheirLaterRows) {
     b.logits = both.data();
     ASSERT_TRUE(Forward(*f.model, f.scratch, f.pool, b).ok());
     if (n == 1) {
+      // One row sees the same slots either way, on the same table: the same bits.
       for (size_t i = 0; i < v; ++i) ASSERT_EQ(both[i], causal[i]) << i;
     } else {
       bool first_differs = false;
@@ -249,6 +253,8 @@ TEST_P(ForwardBatchTest, TreeBranchesComputeWhatConsecutiveSlotsCompute) {
           }
         }
       };
+      // Every segment here is under 32 rows (branches with a path never tile), and attention
+      // through a gathered tail is the in-place sum (kernels_test): the same bits by design.
       for (size_t r = 0; r < 3; ++r) same(r, want1, r);
       for (size_t r = 0; r < 3; ++r) same(3 + r, want2, 1 + r);
       for (size_t r = 0; r < 2; ++r) same(6 + r, want3, 2 + r);

@@ -114,6 +114,8 @@ TEST(LoraTest, MixedBatchRowsComputeWhatTheyComputeAlone) {
       ASSERT_TRUE(Forward(*model, *scratch, pool, batch).ok());
       const std::vector<float> a_batched(logits.begin(), logits.begin() + c.vocab_size);
       const std::vector<float> b_batched(logits.begin() + c.vocab_size, logits.end());
+      // Same table; each segment's form follows its own row count, and the term adds an exact +0
+      // to rows without adapters: bit-identical by design.
       EXPECT_EQ(a_batched, a_alone) << DTypeName(type) << " rows " << n_rows;
       EXPECT_EQ(b_batched, b_alone) << DTypeName(type) << " rows " << n_rows;
       // And the adapter does change the row (else the comparison would prove nothing).
@@ -155,6 +157,7 @@ TEST(LoraTest, SetAdaptersKeepsOrForgetsTheCacheAndIsFast) {
   std::sort(us.begin(), us.end());
   std::printf("SetAdapters: median %.1f us, max %.1f us\n", us[us.size() / 2], us.back());
   EXPECT_LT(us[us.size() / 2], 1000.0);
+  // The same prompt, set and table, here and in a second session: the same computation repeated.
   ASSERT_TRUE(s.SetContext(prompt).ok());  // the last set: {x, 1}
   EXPECT_EQ(std::vector<float>(s.last_logits().begin(), s.last_logits().end()), with_x);
   ASSERT_TRUE((*s2)->SetAdapters({{x, 1.0f}}).ok());

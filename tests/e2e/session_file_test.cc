@@ -82,12 +82,15 @@ TEST(SessionFileTest, SavedLoadedAndContinuedEqualsNeverInterrupted) {
     auto b = NewSession(model, type);
     auto b_first = b->Generate(kFirst, Greedy(20));
     ASSERT_TRUE(b_first.ok());
+    // The same computation on the same table: the same tokens.
     EXPECT_EQ(b_first->tokens, first->tokens);
     ASSERT_TRUE(b->Save(path, "the app's state").ok());
     auto c = NewSession(model, type);
     auto user = c->Load(path);
     ASSERT_TRUE(user.ok()) << user.status().ToString();
     EXPECT_EQ(*user, "the app's state");
+    // Load restores the saved KV rows and logits bit for bit, and the same table and KV type run
+    // both sides: the uninterrupted session's logits and tokens by design.
     EXPECT_EQ(History(*c), History(*b));
     EXPECT_EQ(std::vector<float>(c->last_logits().begin(), c->last_logits().end()),
               std::vector<float>(b->last_logits().begin(), b->last_logits().end()));

@@ -54,6 +54,7 @@ TEST(SessionTest, SessionsShareOneModelAcrossThreads) {
     });
   }
   for (auto& th : threads) th.join();
+  // The same computation on one table; concurrent sessions share no arithmetic: the same bits.
   for (const std::string& text : texts) EXPECT_EQ(text, expected->text);
 }
 
@@ -251,6 +252,7 @@ TEST(SessionTest, PrefixIsReusedAndResultsMatchAFreshSession) {
   auto expected =
       (*fresh)->Generate(std::string_view("Once upon a time, there was a cat"), Greedy(20));
   ASSERT_TRUE(expected.ok());
+  // stories260K (f32, head_dim 8) never takes a tile form: a reused prefix gives the same bits.
   EXPECT_EQ(second->tokens, expected->tokens);
 }
 
@@ -321,6 +323,7 @@ TEST(SessionTest, PenaltiesLeaveTheCachedLogitsAlone) {
   ASSERT_TRUE((*b)->SetContext(*prompt).ok());
   const std::span<const float> kept = (*a)->last_logits(), fresh = (*b)->last_logits();
   ASSERT_EQ(kept.size(), fresh.size());
+  // The same prompt in the same chunks on one table: penalties aside, the same computation.
   for (size_t i = 0; i < kept.size(); ++i) ASSERT_EQ(kept[i], fresh[i]) << "token " << i;
   // And the same request again picks the same token.
   auto second = (*a)->Generate(*prompt, o);
@@ -358,6 +361,7 @@ TEST(SessionTest, SessionsShareAnInjectedPool) {
   for (std::thread& t : threads) t.join();
   auto alone = (*own)->Generate("Once upon a time", Greedy(24));
   ASSERT_TRUE(alone.ok());
+  // Two threads either way, and each output is computed by one thread: the same bits by design.
   for (const std::string& text : texts) EXPECT_EQ(text, alone->text);
   EXPECT_EQ((*pool)->n_threads(), 2);
   // A thread count that contradicts the pool is an error, not a silent choice.

@@ -39,6 +39,7 @@ class BenchMemory(unittest.TestCase):
         self.assertEqual(cap["kv_budget_bytes"], free["kv_bytes_peak"] // 2)
         self.assertGreater(cap["swaps_out"], 0)
         self.assertGreater(cap["swaps_in"], 0)
+        # Same chunks on one table with or without the budget; swaps restore the KV bits exactly.
         self.assertEqual(cap["tokens_hash"], free["tokens_hash"])
         # The prefix is held once: 8 copies of it would not fit the bound the script checked.
         per_position = free["page_bytes"] // 64

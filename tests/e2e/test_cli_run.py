@@ -121,6 +121,7 @@ class Conventions(unittest.TestCase):
             f.write('root ::= " yes" | " no"\n')
         r2 = run_json(["run", *STORIES_ARGS, "-p", "Yes or no?", "--grammar-file", gbnf,
                        "--temp", "0"])
+        # Here and for the schema below: the same constraint from a file, the same computation.
         self.assertEqual(r2["text"], r["text"])
         schema = ('{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], '
                   '"additionalProperties": false}')

@@ -78,6 +78,7 @@ class TokenizeAndChat(unittest.TestCase):
         self.assertEqual(second.returncode, 0, second.stderr)
         self.assertIn("resumed", second.stderr)
         # The replies of the two runs, one after the other, are those of the one run.
+        # Exact by design: the saved KV loads bit for bit, and the same segments are evaluated.
         self.assertEqual(first.stdout + second.stdout, whole.stdout)
         reused_whole = [int(x) for x in re.findall(r"\((\d+) reused\)", whole.stderr)]
         reused_resumed = [int(x) for x in re.findall(r"\((\d+) reused\)", second.stderr)]

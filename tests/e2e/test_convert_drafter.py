@@ -56,6 +56,7 @@ class PackagedDrafter(unittest.TestCase):
                                 weights)
                 self.assertEqual(a.shape, b.shape)
                 self.assertGreater(np.abs(b).max(), 0.1)
+                # One scalar quantizer made both drafters' codes, and one table runs both.
                 self.assertTrue(np.array_equal(a, b),
                                 f"{weights}: max difference {np.abs(a - b).max():g}")
 
