@@ -117,9 +117,11 @@ class DrafterMatchesReference(unittest.TestCase):
         target = make_model("dflash-target-qwen3.gguf", extra=("--layers", "4"))
         drafter = make_drafter("dflash-drafter-qwen3", target)
         ids = token_ids(1024, 80, seed=1)
-        # The default engine path (f16 KV cache) with packed drafter matrices.
+        # The default engine path (f16 KV cache) with packed drafter matrices. f32 drafter
+        # weights: 8.6e-4 relative on the reference, avx2 and avx512 tables; 4.3e-3 on amx, whose
+        # bf16 prefill attention (8-bit mantissas, 2^-8 = 3.9e-3) the 79-row append takes.
         self.compare(target, drafter, "qwen3", ids, [70, 20, 79, 0], flags=(), weights="f32",
-                     tol=3e-3)
+                     tol=1e-2)
         self.compare(target, drafter, "qwen3", ids, [70, 20, 79, 0], flags=(), weights="int8",
                      tol=8e-2)
         self.compare(target, drafter, "qwen3", ids, [70, 20, 79, 0], flags=(), weights="int4",
