@@ -186,7 +186,7 @@ def one_request(server, kind, rng, stats, max_tokens):
             body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 4 * max_tokens,
                                "stream": True, "ignore_eos": True}).encode()
             sock = socket.create_connection((server.host, server.port), timeout=600)
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                          b"application/json\r\nContent-Length: " + str(len(body)).encode() +
                          b"\r\n\r\n" + body)
             got = b""

@@ -14,6 +14,7 @@
 
 #include "base/str.h"
 #include "common.h"
+#include "serve/http_policy.h"
 #include "serve/server.h"
 
 namespace pocket::cli {
@@ -43,7 +44,16 @@ Command AddServeCommand(CLI::App& root) {
                   "requests waiting beyond --parallel; more are refused with 503 + Retry-After")
       ->capture_default_str();
   app->add_option("--api-key", f->serve.api_key,
-                  "require 'Authorization: Bearer KEY' (default: no key)");
+                  "require 'Authorization: Bearer KEY' (default: no key). Other users of this "
+                  "machine can read a command line (/proc/PID/cmdline): prefer --api-key-file");
+  app->add_option("--allowed-host", f->serve.allowed_hosts,
+                  "a name the Host header may give besides loopback addresses and localhost, "
+                  "while bound to a loopback address (repeatable; other names: 403, against DNS "
+                  "rebinding)");
+  app->add_option("--cors-origin", f->serve.cors_origins,
+                  "serve cross-origin (browser) requests from this origin, e.g. "
+                  "https://app.example (repeatable; * for any); requests with another Origin "
+                  "get a 403, requests without one (curl, SDKs) are served");
   app->add_option("--lora", f->lora,
                   "an adapter clients pick per request: NAME=FILE|DIR[:SCALE] (repeatable); a "
                   "request names it as \"model\": \"MODEL:NAME\" or \"lora\": \"NAME\"");
@@ -60,10 +70,12 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--kv-budget", f->kv_budget,
                   "cap on KV cache bytes (e.g. 256M; sessions beyond it are saved to disk)");
   app->add_option("--swap-dir", f->serve.swap_dir,
-                  "where sessions are saved under --kv-budget (default: the temp directory)");
+                  "where sessions are saved under --kv-budget, created 0700 if missing (default: "
+                  "a fresh private directory under $TMPDIR, removed at exit)");
   app->add_option("--session-dir", f->serve.session_dir,
                   "save each session's conversation here on SIGTERM and load it at start, so "
-                  "clients continue where they were without evaluating it again");
+                  "clients continue where they were without evaluating it again (files 0600; "
+                  "the directory is created 0700 if missing)");
   app->add_option("--drain-timeout", f->drain_timeout,
                   "seconds SIGTERM lets the requests in flight finish before it cancels them (a "
                   "second signal cancels them at once)")
@@ -151,6 +163,12 @@ Command AddServeCommand(CLI::App& root) {
             if (Status b = (*server)->Bind(); !b.ok()) return ReportError(b);
             std::fprintf(stderr, "pocket serve: listening on http://%s:%d (model \"%s\")\n",
                          o.host.c_str(), (*server)->port(), o.model_name.c_str());
+            if (!serve::IsLoopbackHost(o.host) && o.api_key.empty()) {
+              std::fprintf(stderr,
+                           "pocket serve: warning: %s is reachable from other machines and no "
+                           "--api-key-file is set: anyone who reaches it can use the model\n",
+                           o.host.c_str());
+            }
             std::fflush(stderr);
             serve::Server* s = server->get();
             // The first signal stops accepting and lets the requests in flight finish; a second

@@ -1,12 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <string>
 
 #include "base/byte_reader.h"
 #include "base/crc32c.h"
 #include "base/float16.h"
+#include "base/json_nesting.h"
 #include "base/mapped_file.h"
 #include "base/output_file.h"
 #include "base/rng.h"
@@ -33,6 +38,59 @@ TEST(StatusTest, ValuesAndMessages) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.ToString(), "InvalidArgument: odd value 3");
   EXPECT_EQ(s.WithContext("file.gguf").message(), "file.gguf: odd value 3");
+}
+
+TEST(JsonNestingTest, CountsBracketsOutsideStringsAndStopsAtTheLimit) {
+  EXPECT_EQ(JsonNestingDepth("1"), 0);
+  EXPECT_EQ(JsonNestingDepth(R"({"a": [1, {"b": []}]})"), 4);
+  // Brackets in strings, escaped quotes included, are text.
+  EXPECT_EQ(JsonNestingDepth(R"({"a": "[[[{{\"[[[", "b": ["]]]\\"]})"), 2);
+  EXPECT_EQ(JsonNestingDepth(R"(["\\", [[]]])"), 3);  // an escaped backslash ends at the quote
+  // A bomb: 200,000 levels stop counting past the limit and never recurse.
+  const std::string bomb = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(JsonNestingDepth(bomb), kMaxJsonNesting + 1);
+  const std::string ok = std::string(64, '[') + std::string(64, ']');
+  EXPECT_TRUE(CheckJsonNesting(ok, "the body").ok());
+  const Status deep = CheckJsonNesting("[" + ok + "]", "the body");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.message(),
+            "the body nests deeper than 64 levels of arrays and objects (the limit)");
+}
+
+// Files that hold a user's conversation are private whatever the umask (issue 43).
+TEST(OutputFileTest, PrivateFilesAndDirectoriesIgnoreTheUmask) {
+  const mode_t saved = ::umask(022);
+  const std::string root = ::testing::TempDir() + "/private-" + std::to_string(::getpid());
+  const std::string dir = root + "/a/b";
+  ASSERT_TRUE(CreatePrivateDirectories(dir).ok());
+  for (const std::string& d : {root, root + "/a", dir}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+  auto f = OutputFile::Create(dir + "/x.session", {}, kPrivateFileMode);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(f->Write("x", 1).ok());
+  ASSERT_TRUE(f->Commit().ok());
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/x.session").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto plain = OutputFile::Create(dir + "/y.bin");  // tools' outputs stay 0644
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(plain->Commit().ok());
+  ASSERT_EQ(::stat((dir + "/y.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  auto tmp = MakePrivateTempDirectory("pocket-test-");
+  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();
+  ASSERT_EQ(::stat(tmp->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ::rmdir(tmp->c_str());
+  std::remove((dir + "/x.session").c_str());
+  std::remove((dir + "/y.bin").c_str());
+  ::rmdir(dir.c_str());
+  ::rmdir((root + "/a").c_str());
+  ::rmdir(root.c_str());
+  ::umask(saved);
 }
 
 TEST(Crc32cTest, KnownVectorsAndChaining) {

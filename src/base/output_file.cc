@@ -68,7 +68,7 @@ Status CheckNotAnInput(const std::string& output, const std::vector<std::string>
 }
 
 StatusOr<OutputFile> OutputFile::Create(const std::string& path,
-                                        const std::vector<std::string>& inputs) {
+                                        const std::vector<std::string>& inputs, uint32_t mode) {
   if (path.empty()) return InvalidArgumentError("output path is empty");
   POCKET_RETURN_IF_ERROR(CheckNotAnInput(path, inputs));
   std::string tmpl = path + ".tmp.XXXXXX";
@@ -77,8 +77,53 @@ StatusOr<OutputFile> OutputFile::Create(const std::string& path,
   int fd = ::mkstemp(buf.data());
   if (fd < 0)
     return IoError("cannot create a temporary file beside ", path, ": ", std::strerror(errno));
-  ::fchmod(fd, 0644);
+  // mkstemp makes it 0600; fchmod (not the umask) sets what the caller asked for.
+  if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(buf.data());
+    return IoError("cannot set the permissions of ", buf.data(), ": ", std::strerror(err));
+  }
   return OutputFile(path, std::string(buf.data()), fd);
+}
+
+Status CreatePrivateDirectories(const std::string& dir) {
+  if (dir.empty()) return InvalidArgumentError("directory path is empty");
+  // Each missing component from the top, so every directory made here is private.
+  size_t at = dir[0] == '/' ? 1 : 0;
+  while (at <= dir.size()) {
+    size_t slash = dir.find('/', at);
+    if (slash == std::string::npos) slash = dir.size();
+    const std::string part = dir.substr(0, slash);
+    at = slash + 1;
+    if (part.empty() || part.back() == '/') continue;
+    struct stat st {};
+    if (::stat(part.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) return IoError(part, " is not a directory");
+      continue;
+    }
+    if (::mkdir(part.c_str(), static_cast<mode_t>(kPrivateDirMode)) != 0 && errno != EEXIST) {
+      return IoError("cannot create the directory ", part, ": ", std::strerror(errno));
+    }
+    // mkdir applies the umask (which can only take bits away from 0700): set it exactly.
+    if (::chmod(part.c_str(), static_cast<mode_t>(kPrivateDirMode)) != 0) {
+      return IoError("cannot set the permissions of ", part, ": ", std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> MakePrivateTempDirectory(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  std::string tmpl = base + "/" + prefix + "XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {  // mkdtemp makes it 0700
+    return IoError("cannot create a private directory in ", base, ": ", std::strerror(errno));
+  }
+  return std::string(buf.data());
 }
 
 OutputFile::OutputFile(OutputFile&& other) noexcept

@@ -16,8 +16,10 @@ namespace pocket {
 class OutputFile {
  public:
   // `inputs`: paths the tool reads; writing over one of them is refused (CheckNotAnInput).
+  // `mode`: the file's permissions whatever the umask (kPrivateFileMode for a user's data).
   static StatusOr<OutputFile> Create(const std::string& path,
-                                     const std::vector<std::string>& inputs = {});
+                                     const std::vector<std::string>& inputs = {},
+                                     uint32_t mode = 0644);
   OutputFile(OutputFile&& other) noexcept;
   OutputFile& operator=(OutputFile&& other) noexcept;
   OutputFile(const OutputFile&) = delete;
@@ -44,6 +46,18 @@ class OutputFile {
   int fd_ = -1;
   uint64_t bytes_written_ = 0;
 };
+
+// Files that hold a user's conversation (sessions, swapped sessions) and their directories.
+inline constexpr uint32_t kPrivateFileMode = 0600;
+inline constexpr uint32_t kPrivateDirMode = 0700;
+
+// Creates `dir` and its missing parents, those it creates with kPrivateDirMode whatever the
+// umask (an existing directory keeps its permissions: it is the user's).
+Status CreatePrivateDirectories(const std::string& dir);
+
+// A new private directory (kPrivateDirMode) under the system's temporary directory ($TMPDIR or
+// /tmp) whose name starts with `prefix` and ends in random characters.
+StatusOr<std::string> MakePrivateTempDirectory(const std::string& prefix);
 
 // True when a and b name the same existing file (same device and inode).
 bool SameFile(const std::string& a, const std::string& b);

@@ -89,10 +89,12 @@ uint32_t Grammar::AddRule(std::string name) {
 }
 
 void Grammar::AddAlt(uint32_t rule, GrammarSeq seq) {
+  num_elements_ += seq.size() + 1;
   rules_[rule].alts.push_back(std::move(seq));
 }
 
 uint32_t Grammar::AddRule(std::string name, std::vector<GrammarSeq> alts) {
+  for (const GrammarSeq& seq : alts) num_elements_ += seq.size() + 1;
   rules_.push_back(Rule{std::move(name), std::move(alts)});
   return static_cast<uint32_t>(rules_.size() - 1);
 }

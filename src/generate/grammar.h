@@ -102,6 +102,8 @@ class Grammar {
 
   uint32_t root() const { return root_; }
   size_t num_rules() const { return rules_.size(); }
+  // Elements in all alternatives (each alternative counts one more): the grammar's size.
+  size_t num_elements() const { return num_elements_; }
   const std::vector<GrammarSeq>& alts(uint32_t rule) const { return rules_[rule].alts; }
   const std::string& rule_name(uint32_t rule) const { return rules_[rule].name; }
   const std::vector<CharRange>& chars(uint32_t set) const { return sets_[set]; }
@@ -115,6 +117,7 @@ class Grammar {
     std::vector<GrammarSeq> alts;
   };
   std::vector<Rule> rules_;
+  size_t num_elements_ = 0;
   std::vector<std::vector<CharRange>> sets_;
   std::unordered_map<std::string, uint32_t> set_index_;
   std::vector<std::unique_ptr<GrammarTemplate>> templates_;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 
+#include "base/json_nesting.h"
 #include "base/str.h"
 #include "generate/json_number.h"
 #include "generate/regex.h"
@@ -573,9 +574,31 @@ class ObjectTemplate final : public GrammarTemplate {
   std::map<std::string, uint32_t> index_;
 };
 
+// Grammar elements one node of OtherKeyRule's trie costs (measured: ~200, most of them the
+// string-character rule of the characters that leave the trie there).
+constexpr size_t kOtherKeyElementsPerNode = 256;
+
 // A string body (between the quotes) that is not one of `names`: a trie over their code points.
-uint32_t OtherKeyRule(Grammar* g, const std::vector<std::string>& names, uint32_t any_char,
-                      uint32_t any_body) {
+// Its size is checked against kMaxJsonSchemaElements before it is built: at most one node per
+// byte of the names past their common prefixes (the sorted names' neighbours).
+StatusOr<uint32_t> OtherKeyRule(Grammar* g, const std::vector<std::string>& names,
+                                uint32_t any_char, uint32_t any_body, const std::string& pointer) {
+  std::vector<std::string_view> sorted(names.begin(), names.end());
+  std::sort(sorted.begin(), sorted.end());
+  size_t trie_nodes = 1;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    size_t common = 0;
+    if (i > 0) {
+      const std::string_view a = sorted[i - 1], b = sorted[i];
+      while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+    }
+    trie_nodes += sorted[i].size() - common;
+  }
+  if (g->num_elements() + trie_nodes * kOtherKeyElementsPerNode > kMaxJsonSchemaElements) {
+    return InvalidArgumentError("JSON Schema: the grammar for it grows past ", kMaxJsonSchemaRules,
+                                " rules or ", kMaxJsonSchemaElements, " elements at #", pointer,
+                                " (the limit: ", names.size(), " property names in one object)");
+  }
   struct Node {
     bool terminal = false;
     std::map<char32_t, int> next;
@@ -930,7 +953,8 @@ StatusOr<uint32_t> Compiler::ObjectRule(const std::string& pointer, const Json& 
   }
   spec.additional = additional;
   spec.additional_rule = additional_rule;
-  spec.other_key_rule = OtherKeyRule(g_, spec.names, AnyCharRule(), AnyStringBody());
+  POCKET_ASSIGN_OR_RETURN(spec.other_key_rule,
+                          OtherKeyRule(g_, spec.names, AnyCharRule(), AnyStringBody(), pointer));
   auto t = std::make_unique<ObjectTemplate>(std::move(spec));
   ObjectTemplate* raw = t.get();
   const uint32_t id = g_->AddTemplate(std::move(t));
@@ -1038,6 +1062,13 @@ Status Compiler::Merge(Json* base, const Json& extra, const std::string& pointer
 StatusOr<Alts> Compiler::Compile(const std::string& pointer, const Json& schema, bool span,
                                  int depth, bool branch) {
   if (depth > 64) return Unsupported("$ref", pointer, "references nest too deeply");
+  // The grammar grows with what the schema says, and $ref / allOf can multiply it: bounded here,
+  // checked as each subschema starts, so a hostile schema stops before it costs memory.
+  if (g_->num_rules() > kMaxJsonSchemaRules || g_->num_elements() > kMaxJsonSchemaElements) {
+    return InvalidArgumentError("JSON Schema: the grammar for it grows past ", kMaxJsonSchemaRules,
+                                " rules or ", kMaxJsonSchemaElements, " elements at #", pointer,
+                                " (the limit)");
+  }
   if (schema.is_boolean()) {
     if (!schema.get<bool>()) {
       return Alts{{},
@@ -1356,6 +1387,8 @@ StatusOr<Alts> Compiler::Compile(const std::string& pointer, const Json& schema,
 
 StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_json,
                                                      const JsonSchemaOptions& options) {
+  // Refused before parsing: compiling recurses once per level of the schema.
+  POCKET_RETURN_IF_ERROR(CheckJsonNesting(schema_json, "JSON Schema"));
   const Json root = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgumentError("JSON Schema: not valid JSON");
   if (!root.is_object() && !root.is_boolean())

@@ -85,8 +85,15 @@ struct JsonSchemaOptions {
   std::vector<std::string> span_fields;
 };
 
+// The most grammar rules, and elements in their alternatives, one schema may compile to (a plain
+// schema needs a few rules and ~100-200 elements per property; 1,000,000 elements are ~25 MB).
+inline constexpr size_t kMaxJsonSchemaRules = 100000;
+inline constexpr size_t kMaxJsonSchemaElements = 1000000;
+
 // Compiles a schema given as JSON text. Unsupported keywords are an error naming the keyword and
-// its JSON pointer; a malformed schema is InvalidArgument.
+// its JSON pointer; a malformed schema is InvalidArgument, and so is one that nests deeper than
+// kMaxJsonNesting (base/json_nesting.h) levels of arrays and objects or compiles to more than
+// kMaxJsonSchemaRules rules or kMaxJsonSchemaElements elements.
 StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_json,
                                                      const JsonSchemaOptions& options = {});
 

@@ -274,6 +274,43 @@ TEST(JsonSchema, Spans) {
   EXPECT_NE(no_source.status().message().find("span source"), std::string::npos);
 }
 
+// Hostile schemas (issue 43): nesting and groups past the limits are refused before anything
+// recurses over them, and a schema whose grammar would grow past kMaxJsonSchemaRules stops there.
+TEST(JsonSchema, BombsAreRefusedNamingTheLimit) {
+  auto nested = [](int levels) {
+    std::string s;
+    for (int i = 0; i < levels; ++i) s.append(R"({"type":"array","items":)");
+    s.append(R"({"type":"integer"})");
+    s.append(static_cast<size_t>(levels), '}');
+    return s;
+  };
+  EXPECT_TRUE(CompileJsonSchema(nested(40)).ok());  // 41 levels: within the limit
+  auto deep = CompileJsonSchema(nested(3000));      // ~75 KB, the issue's bomb
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("nests deeper than 64 levels"), std::string::npos)
+      << deep.status().message();
+  const std::string groups = std::string(100000, '(') + "a" + std::string(100000, ')');
+  std::string pattern_schema = R"({"type":"string","pattern":")";
+  pattern_schema.append(groups).append(R"("})");
+  auto pattern = CompileJsonSchema(pattern_schema);
+  ASSERT_FALSE(pattern.ok());
+  EXPECT_NE(pattern.status().message().find("groups nested more than 200 deep"), std::string::npos)
+      << pattern.status().message().substr(0, 200);
+  // Width, not depth: 60 properties, each a $ref with a sibling keyword (merged, so compiled
+  // anew each time) to a definition of 2,000 properties: ~4,000 rules each, stopped at the limit.
+  nlohmann::json wide = {{"type", "object"}, {"properties", nlohmann::json::object()}};
+  nlohmann::json big = {{"type", "object"}, {"properties", nlohmann::json::object()}};
+  for (int i = 0; i < 2000; ++i) big["properties"][StrCat("p", i)] = {{"type", "integer"}};
+  for (int i = 0; i < 60; ++i) {
+    wide["properties"][StrCat("q", i)] = {{"$ref", "#/$defs/big"}, {"type", "object"}};
+  }
+  wide["$defs"]["big"] = big;
+  auto huge = CompileJsonSchema(wide.dump());
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("grows past 100000 rules"), std::string::npos)
+      << huge.status().message();
+}
+
 TEST(JsonSchema, ErrorsNameKeywordAndPointer) {
   auto bad = CompileJsonSchema(R"({"properties":{"a":{"uniqueItems":true,"type":"array"}}})");
   ASSERT_FALSE(bad.ok());

@@ -14,6 +14,7 @@ namespace {
 
 constexpr char32_t kMaxCodePoint = 0x10FFFF;
 constexpr size_t kMaxStates = 200000;
+constexpr int kMaxGroupNesting = 200;  // parentheses, as GBNF's
 constexpr int kMaxRepeat = 1000;
 
 using Range = CharRange;
@@ -310,10 +311,17 @@ class Parser {
   StatusOr<Frag> Atom() {
     const char c = Peek();
     if (c == '(') {
+      // Each group recurses: bounded before it does (a pattern of 100,000 '(' is a schema's).
+      if (depth_ >= kMaxGroupNesting) {
+        return Error(StrCat("groups nested more than ", kMaxGroupNesting, " deep"));
+      }
       ++pos_;
       if (p_.substr(pos_, 2) == "?:") pos_ += 2;
       if (!AtEnd() && Peek() == '?') return Error("unsupported group kind (lookaround, named)");
-      POCKET_ASSIGN_OR_RETURN(Frag f, Alt());
+      ++depth_;
+      StatusOr<Frag> f = Alt();
+      --depth_;
+      if (!f.ok()) return f.status();
       if (AtEnd() || Peek() != ')') return Error("missing ')'");
       ++pos_;
       return f;
@@ -390,6 +398,7 @@ class Parser {
  private:
   std::string_view p_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
   std::vector<State>* states_;
 };
 

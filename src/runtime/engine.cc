@@ -7,6 +7,7 @@
 #include <system_error>
 #include <utility>
 
+#include "base/output_file.h"
 #include "base/str.h"
 #include "base/timer.h"
 #include "runtime/token_step.h"
@@ -82,6 +83,10 @@ Engine::~Engine() {
     static_cast<void>(loaded);  // on failure the session stays empty (it was reset when saved)
     std::error_code ec;
     std::filesystem::remove(r->swap_path, ec);
+  }
+  if (own_swap_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(swap_dir_, ec);
   }
 }
 
@@ -506,12 +511,18 @@ bool Engine::EvictPrefixEntry() {
 
 Status Engine::SwapOut(Request& r) {
   Session& s = *r.session;
-  std::filesystem::path dir = options_.swap_dir;
-  if (dir.empty()) {
-    std::error_code ec;
-    dir = std::filesystem::temp_directory_path(ec);
-    if (ec) return IoError("no temporary directory for swapped sessions: ", ec.message());
+  // Swapped sessions hold users' conversations: in a private directory, --swap-dir (created
+  // 0700 when missing) or a fresh 0700 one under $TMPDIR that the engine removes at its end.
+  if (swap_dir_.empty()) {
+    if (!options_.swap_dir.empty()) {
+      POCKET_RETURN_IF_ERROR(CreatePrivateDirectories(options_.swap_dir));
+      swap_dir_ = options_.swap_dir;
+    } else {
+      POCKET_ASSIGN_OR_RETURN(swap_dir_, MakePrivateTempDirectory("pocket-swap-"));
+      own_swap_dir_ = true;
+    }
   }
+  const std::filesystem::path dir = swap_dir_;
   char tag[17];
   std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(swap_tag_));
   const std::string path = (dir / StrCat("pocket-swap-", tag, "-", r.id, ".session")).string();

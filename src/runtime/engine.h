@@ -49,7 +49,8 @@ struct EngineOptions {
   // completes. Submit refuses, with ResourceExhausted naming the sizes, a request whose
   // prompt and max_tokens cannot fit the budget alone.
   size_t kv_budget_bytes = 0;
-  // Where swapped sessions are written (empty: the system's temporary directory).
+  // Where swapped sessions are written, created 0700 when missing (empty: a fresh 0700
+  // directory under $TMPDIR, removed with the engine).
   std::string swap_dir;
 };
 
@@ -162,7 +163,9 @@ class Engine {
   // ResidentBytes' scratch: the shared pages of the sessions in memory, and their sizes.
   mutable std::vector<std::pair<const uint8_t*, size_t>> shared_pages_;
   EngineStats stats_;
-  uint64_t swap_tag_ = 0;  // a random tag in this engine's swap file names
+  uint64_t swap_tag_ = 0;      // a random tag in this engine's swap file names
+  std::string swap_dir_;       // where swapped sessions go, made private at the first swap
+  bool own_swap_dir_ = false;  // made by the engine under $TMPDIR: removed with it
 };
 
 }  // namespace pocket

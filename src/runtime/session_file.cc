@@ -122,7 +122,8 @@ Status Session::Save(const std::string& path, std::string_view user_data) const 
   j["user_data_bytes"] = user_data.size();
   // Paths need not be UTF-8: invalid bytes are replaced in the header (the key compares alike).
   const std::string header = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  POCKET_ASSIGN_OR_RETURN(OutputFile f, OutputFile::Create(path));
+  // A conversation: readable by its owner only, whatever the umask.
+  POCKET_ASSIGN_OR_RETURN(OutputFile f, OutputFile::Create(path, {}, kPrivateFileMode));
   CheckedWriter w{f};
   POCKET_RETURN_IF_ERROR(w.Write(kMagic, sizeof kMagic));
   const uint32_t sizes[2] = {kVersion, static_cast<uint32_t>(header.size())};

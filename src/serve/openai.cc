@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "base/json_nesting.h"
 #include "base/str.h"
 #include "generate/json_schema.h"
 
@@ -428,9 +429,21 @@ std::optional<ApiError> Logprobs(Endpoint endpoint, const json& body, ApiRequest
 
 }  // namespace
 
+namespace {
+
+std::optional<ApiError> NestingError(std::string_view body_text) {
+  // Before the parse: copying or compiling a parsed value recurses once per level.
+  Status nesting = CheckJsonNesting(body_text, "the request body");
+  if (nesting.ok()) return std::nullopt;
+  return Bad("", nesting.message());
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_text,
                                      std::string_view served_model, const ApiLimits& limits,
                                      ApiRequest* out) {
+  if (auto e = NestingError(body_text)) return e;
   const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Bad("", "the request body is not valid JSON");
   if (!body.is_object()) return Bad("", "the request body must be a JSON object");
@@ -659,6 +672,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
 std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body_text,
                                           std::string_view served_model, const ApiLimits& limits,
                                           ScoreRequest* out) {
+  if (auto e = NestingError(body_text)) return e;
   const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return Bad("", "the request body is not valid JSON");
   if (!body.is_object()) return Bad("", "the request body must be a JSON object");
@@ -800,6 +814,8 @@ json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
 }  // namespace
 
 std::optional<ToolCall> ParseToolCall(std::string_view json_text, std::string id) {
+  // The model's text: a schema with open values lets it nest as deep as its tokens go.
+  if (JsonNestingDepth(json_text) > kMaxJsonNesting) return std::nullopt;
   const json j = json::parse(json_text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
       !j.contains("arguments") || !j["arguments"].is_object()) {

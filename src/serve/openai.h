@@ -82,7 +82,8 @@ struct ApiRequest {
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 
 // Parses a /v1/chat/completions or /v1/completions body. Unknown fields are ignored; a known field
-// with a wrong type or value is a 400 naming it; a model other than `served_model` is a 404.
+// with a wrong type or value is a 400 naming it; a model other than `served_model` is a 404; a
+// body that nests deeper than kMaxJsonNesting (64) levels is a 400 before it is parsed.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
                                      std::string_view served_model, const ApiLimits& limits,
                                      ApiRequest* out);

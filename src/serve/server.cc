@@ -16,14 +16,18 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "base/json_nesting.h"
+#include "base/output_file.h"
 #include "base/str.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/request.h"
 #include "runtime/session.h"
+#include "serve/http_policy.h"
 #include "serve/openai.h"
 
 namespace pocket::serve {
@@ -59,6 +63,8 @@ struct Job {
   std::string content;                 // auto: the text before the call
   GenerateResult call_result;          // auto: the call's JSON
   std::atomic<bool> cancelled{false};  // the client went away
+  // When the job was made (its HTTP handler parsed the request): the log's duration.
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   // The scheduler thread's own: all text so far and how much of it was handed to `pending`.
   std::string seen;
   size_t streamed = 0;
@@ -382,7 +388,6 @@ class Scheduler {
       result = id.status();
     }
     if (log_) {
-      const GenerateResult& last = job.call_opened && result.ok() ? *result : job.result;
       log_(result.ok()
                ? StrCat(job.id, ": ", job.prepared.prompt.ids.size(), " prompt tokens (",
                         (job.call_opened ? job.result : *result).n_reused_tokens, " reused), ",
@@ -391,7 +396,10 @@ class Scheduler {
                         job.cancelled.load() ? std::string_view("the client went away")
                                              : StopReasonName(result->stop_reason),
                         job.call_opened ? " (a tool call)" : "", ", ",
-                        (last.prefill_us + last.decode_us) / 1000, " ms")
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - job.created)
+                            .count(),
+                        " ms")
                : StrCat(job.id, ": error: ", result.status().message()));
     }
     if (result.ok()) {
@@ -550,6 +558,16 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// The method a route takes ("GET" or "POST"); "" for paths pocket serve does not serve.
+std::string AllowedMethods(const std::string& path) {
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/score" ||
+      path == "/v1/classify" || path == "/tokenize" || path == "/detokenize") {
+    return "POST";
+  }
+  return "";
+}
+
 void SendError(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
   if (e.http_status == 503) res.set_header("Retry-After", "1");
@@ -567,6 +585,11 @@ struct Server::Impl {
   std::mt19937_64 ids_rng{std::random_device{}()};
   std::mutex ids_mu;
   int bound_port = -1;
+  HttpPolicy policy;
+  // When each request in flight arrived (the access log's duration), by its Request's address:
+  // cpp-httplib routes and logs a request on one thread with the same object.
+  std::mutex arrivals_mu;
+  std::unordered_map<const httplib::Request*, std::chrono::steady_clock::time_point> arrivals;
 
   std::string NewId(std::string_view prefix) {
     std::lock_guard<std::mutex> lock(ids_mu);
@@ -574,6 +597,37 @@ struct Server::Impl {
     std::string id(prefix);
     for (int i = 0; i < 24; ++i) id.push_back(kHex[ids_rng() & 15]);
     return id;
+  }
+
+  // ErrorFromStatus without this machine's file paths: a client sees the model's name (and an
+  // adapter's), never where the files are.
+  ApiError FromStatus(const Status& status, std::string_view param = "") const {
+    ApiError e = ErrorFromStatus(status, param);
+    auto scrub = [&e](const std::string& path, const std::string& name) {
+      if (path.empty()) return;
+      for (const std::string& p : {path, std::filesystem::absolute(path).string()}) {
+        for (size_t at = e.message.find(p); at != std::string::npos;
+             at = e.message.find(p, at + name.size())) {
+          e.message.replace(at, p.size(), name);
+        }
+      }
+    };
+    scrub(model->source().path(), StrCat("model '", options.model_name, "'"));
+    for (const auto& [name, set] : options.adapters) {
+      for (const AdapterUse& u : set) scrub(u.adapter->path(), StrCat("adapter '", name, "'"));
+    }
+    return e;
+  }
+
+  // A body nesting deeper than kMaxJsonNesting is a 400 before it is parsed (the OpenAI routes
+  // check in ParseRequest / ParseScoreRequest).
+  bool NestsTooDeep(const httplib::Request& req, httplib::Response& res) {
+    Status nesting = CheckJsonNesting(req.body, "the request body");
+    if (nesting.ok()) return false;
+    ApiError e;
+    e.message = nesting.message();
+    SendError(res, e);
+    return true;
   }
 
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
@@ -630,7 +684,7 @@ struct Server::Impl {
       return SendError(res, *e);
     }
     StatusOr<PromptTokens> prompt = EncodeRequestPrompt(*model, sr.prompt);
-    if (!prompt.ok()) return SendError(res, ErrorFromStatus(prompt.status()));
+    if (!prompt.ok()) return SendError(res, FromStatus(prompt.status()));
     const std::string_view input_param = sr.chat ? "messages" : "prompt";
     if (prompt->ids.size() >= static_cast<size_t>(options.n_ctx)) {
       ApiError e;
@@ -648,8 +702,8 @@ struct Server::Impl {
         return Status::Ok();
       });
       if (!s.ok())
-        return SendError(
-            res, ErrorFromStatus(s, s.code() == StatusCode::kFailedPrecondition ? "model" : ""));
+        return SendError(res,
+                         FromStatus(s, s.code() == StatusCode::kFailedPrecondition ? "model" : ""));
       json results = json::array();
       for (const LabelScore& l : labels) {
         results.push_back({{"index", l.index},
@@ -663,14 +717,13 @@ struct Server::Impl {
     } else {
       StatusOr<std::vector<std::vector<int32_t>>> candidates =
           EncodeCandidates(*model, sr.prompt, *prompt, sr.candidates);
-      if (!candidates.ok())
-        return SendError(res, ErrorFromStatus(candidates.status(), "candidates"));
+      if (!candidates.ok()) return SendError(res, FromStatus(candidates.status(), "candidates"));
       std::vector<CandidateScore> scores;
       const Status s = RunTask(AdaptersOf(sr.adapter), [&](Session& session) -> Status {
         POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
         return Status::Ok();
       });
-      if (!s.ok()) return SendError(res, ErrorFromStatus(s, "candidates"));
+      if (!s.ok()) return SendError(res, FromStatus(s, "candidates"));
       json results = json::array();
       for (const CandidateScore& c : scores) {
         results.push_back({{"index", c.index},
@@ -751,10 +804,10 @@ struct Server::Impl {
       StatusOr<PreparedRequest> prepared = PrepareRequest(*model, g);
       if (!prepared.ok()) {
         return SendError(
-            res, ErrorFromStatus(prepared.status(), api.tool_choice == ToolChoice::kRequired ||
-                                                            api.tool_choice == ToolChoice::kFunction
-                                                        ? "tools"
-                                                        : ""));
+            res, FromStatus(prepared.status(), api.tool_choice == ToolChoice::kRequired ||
+                                                       api.tool_choice == ToolChoice::kFunction
+                                                   ? "tools"
+                                                   : ""));
       }
       auto job = std::make_shared<Job>();
       job->id = ids.id;
@@ -764,7 +817,7 @@ struct Server::Impl {
         EncodeOptions eo;
         eo.parse_special = true;
         StatusOr<std::vector<int32_t>> more = model->tokenizer()->Encode(api.assistant_prefix, eo);
-        if (!more.ok()) return SendError(res, ErrorFromStatus(more.status()));
+        if (!more.ok()) return SendError(res, FromStatus(more.status()));
         job->prepared.prompt.ids.insert(job->prepared.prompt.ids.end(), more->begin(), more->end());
       }
       job->stream = api.stream;
@@ -779,7 +832,7 @@ struct Server::Impl {
         call.constraint.json_schema = api.tool_call_schema;
         call.stop.clear();
         StatusOr<PreparedRequest> p = PrepareRequest(*model, call);
-        if (!p.ok()) return SendError(res, ErrorFromStatus(p.status(), "tools"));
+        if (!p.ok()) return SendError(res, FromStatus(p.status(), "tools"));
         p->options.partial_constrained_output = true;
         p->options.logprobs = api.logprobs ? api.top_logprobs : -1;
         job->call = std::move(*p);
@@ -808,7 +861,7 @@ struct Server::Impl {
                          api.generate.max_tokens, ": more than the context of ", n_ctx, " tokens");
       return SendError(res, e);
     }
-    if (Status q = scheduler->Enqueue(jobs); !q.ok()) return SendError(res, ErrorFromStatus(q));
+    if (Status q = scheduler->Enqueue(jobs); !q.ok()) return SendError(res, FromStatus(q));
     if (!api.stream) {
       // A whole response: its client is watched while the jobs run, and one that goes away
       // cancels them (the scheduler stops them within a step).
@@ -830,7 +883,7 @@ struct Server::Impl {
         if (!job.status.ok()) {
           for (auto& other : jobs) other->cancelled.store(true);
           scheduler->Wake();
-          return SendError(res, ErrorFromStatus(job.status));
+          return SendError(res, FromStatus(job.status));
         }
         choices.push_back(ChoiceOf(api, job, static_cast<int32_t>(i)));
         const Usage u = UsageOf(job.result, n_prompt);
@@ -907,7 +960,7 @@ struct Server::Impl {
             state->done[i] = true;
             wrote = true;
             if (!job.status.ok()) {
-              write(StrCat("data: ", ErrorJson(ErrorFromStatus(job.status)), "\n\n"));
+              write(StrCat("data: ", ErrorJson(FromStatus(job.status)), "\n\n"));
               cancel_all();
               sink.done();
               return true;
@@ -1050,8 +1103,84 @@ struct Server::Impl {
           e.message = "internal error";
           SendError(res, e);
         });
+    policy.bind_host = options.host;
+    policy.allowed_hosts = options.allowed_hosts;
+    policy.cors_origins = options.cors_origins;
+    // Before the body is read: the browser policy (Host, Origin, preflight), methods a route does
+    // not take (405), and the request id.
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lock(arrivals_mu);
+        arrivals[&req] = std::chrono::steady_clock::now();
+      }
+      std::string id = ClientRequestId(req.get_header_value("X-Request-Id"));
+      if (id.empty()) id = NewId("req-");
+      res.set_header("X-Request-Id", id);
+      auto refuse = [&res](int status, std::string message, std::string code) {
+        ApiError e;
+        e.http_status = status;
+        e.message = std::move(message);
+        e.code = std::move(code);
+        SendError(res, e);
+        res.set_header("Connection", "close");  // the body, if any, is never read
+        return httplib::Server::HandlerResponse::Handled;
+      };
+      const std::string host_refusal = HostRefusal(policy, req.get_header_value("Host"));
+      if (!host_refusal.empty()) return refuse(403, host_refusal, "host_not_allowed");
+      const std::string allowed = AllowedMethods(req.path);
+      if (req.has_header("Origin")) {
+        const std::string origin = req.get_header_value("Origin");
+        std::optional<std::string> allow = CorsAllowOrigin(policy, origin);
+        if (!allow) {
+          return refuse(403,
+                        StrCat("cross-origin requests from '", origin.substr(0, 100),
+                               "' are not served (pocket serve --cors-origin ORIGIN allows one)"),
+                        "origin_not_allowed");
+        }
+        res.set_header("Access-Control-Allow-Origin", *allow);
+        res.set_header("Vary", "Origin");
+        if (req.method == "OPTIONS" && !allowed.empty()) {  // a preflight
+          res.set_header("Access-Control-Allow-Methods", allowed + ", OPTIONS");
+          res.set_header("Access-Control-Allow-Headers",
+                         "Authorization, Content-Type, X-Request-Id");
+          res.set_header("Access-Control-Max-Age", "600");
+          res.status = 204;
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (allowed.empty()) return httplib::Server::HandlerResponse::Unhandled;  // 404 later
+      if (req.method == "OPTIONS") {
+        res.set_header("Allow", allowed + ", OPTIONS");
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      const bool head_of_get = req.method == "HEAD" && allowed == "GET";
+      if (req.method != allowed && !head_of_get) {
+        res.set_header("Allow", allowed + ", OPTIONS");
+        return refuse(405, StrCat(req.path, " takes ", allowed, ", not ", req.method.substr(0, 16)),
+                      "method_not_allowed");
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       metrics.CountResponse(req.path, res.status);
+      std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+      {
+        std::lock_guard<std::mutex> lock(arrivals_mu);
+        auto it = arrivals.find(&req);
+        if (it != arrivals.end()) {
+          arrived = it->second;
+          arrivals.erase(it);
+        }
+      }
+      if (!options.log) return;
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - arrived)
+                          .count();
+      // The path only up to its query: a query string may hold what a client meant to keep.
+      const std::string path = req.path.substr(0, std::min<size_t>(req.path.find('?'), 200));
+      options.log(StrCat("http ", res.get_header_value("X-Request-Id"), " ",
+                         req.method.substr(0, 16), " ", path, " ", res.status, " ", ms, " ms"));
     });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res)) return;
@@ -1091,7 +1220,7 @@ struct Server::Impl {
       Score(true, req, res);
     });
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res)) return;
+      if (!Authorized(req, res) || NestsTooDeep(req, res)) return;
       const json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object() || !body.contains("content") ||
           !body["content"].is_string()) {
@@ -1111,16 +1240,16 @@ struct Server::Impl {
         add_special = body["add_special"].get<bool>();
       }
       const Tokenizer* tok = model->tokenizer();
-      if (tok == nullptr) return SendError(res, ErrorFromStatus(InternalError("no tokenizer")));
+      if (tok == nullptr) return SendError(res, FromStatus(InternalError("no tokenizer")));
       EncodeOptions eo;
       eo.add_bos = add_special && tok->spec().add_bos;
       eo.parse_special = false;
       StatusOr<std::vector<int32_t>> ids = tok->Encode(body["content"].get<std::string>(), eo);
-      if (!ids.ok()) return SendError(res, ErrorFromStatus(ids.status(), "content"));
+      if (!ids.ok()) return SendError(res, FromStatus(ids.status(), "content"));
       res.set_content(json{{"tokens", *ids}}.dump(), "application/json");
     });
     http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res)) return;
+      if (!Authorized(req, res) || NestsTooDeep(req, res)) return;
       const json body = json::parse(req.body, nullptr, false);
       ApiError bad;
       bad.param = "tokens";
@@ -1130,7 +1259,7 @@ struct Server::Impl {
         return SendError(res, bad);
       }
       const Tokenizer* tok = model->tokenizer();
-      if (tok == nullptr) return SendError(res, ErrorFromStatus(InternalError("no tokenizer")));
+      if (tok == nullptr) return SendError(res, FromStatus(InternalError("no tokenizer")));
       std::vector<int32_t> ids;
       for (const json& t : body["tokens"]) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
@@ -1141,7 +1270,7 @@ struct Server::Impl {
         ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
       }
       StatusOr<std::string> text = tok->Decode(ids);
-      if (!text.ok()) return SendError(res, ErrorFromStatus(text.status(), "tokens"));
+      if (!text.ok()) return SendError(res, FromStatus(text.status(), "tokens"));
       res.set_content(json{{"content", *text}}.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false,
                                                     json::error_handler_t::replace),
                       "application/json");
@@ -1182,9 +1311,8 @@ void LoadSessions(const ServeOptions& options, std::vector<std::unique_ptr<Sessi
 Status SaveSessions(const ServeOptions& options,
                     const std::vector<std::unique_ptr<Session>>& sessions) {
   std::error_code ec;
-  std::filesystem::create_directories(options.session_dir, ec);
-  if (ec) {
-    return IoError("cannot create --session-dir ", options.session_dir, ": ", ec.message());
+  if (Status made = CreatePrivateDirectories(options.session_dir); !made.ok()) {
+    return IoError("cannot create --session-dir ", options.session_dir, ": ", made.message());
   }
   int32_t saved = 0;
   for (size_t i = 0; i < sessions.size(); ++i) {

@@ -51,7 +51,13 @@ struct ServeOptions {
   int32_t draft_max = 8;
   // Adapters a request may pick by name ("model": "MODEL:NAME" or "lora": "NAME").
   std::vector<std::pair<std::string, AdapterSet>> adapters;
-  // One line per finished request (id, tokens, finish reason, seconds); null: none.
+  // Browser policy (serve/http_policy.h): more names the Host header may give while bound to a
+  // loopback address (--allowed-host), and the origins whose cross-origin requests are served
+  // (--cors-origin; "*": any). A request with an Origin not listed is a 403.
+  std::vector<std::string> allowed_hosts;
+  std::vector<std::string> cors_origins;
+  // One line per finished request (id, tokens, finish reason, milliseconds) and an access-log
+  // line per HTTP request (request id, method, path, status, milliseconds); null: none.
   std::function<void(std::string_view line)> log;
 };
 

@@ -5,6 +5,7 @@
 // engine); requests that join while others decode, cancelled ones, and reuse of a session's
 // context too.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -420,8 +421,20 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
   eo.max_chunk = 16;
   eo.kv_budget_bytes = std::max(held / 2, largest);
   eo.swap_dir = std::string(POCKET_BINARY_DIR) + "/engine-swap";
-  std::filesystem::remove_all(eo.swap_dir);  // what an earlier run left
-  std::filesystem::create_directories(eo.swap_dir);
+  std::filesystem::remove_all(eo.swap_dir);  // what an earlier run left: the engine makes it
+  // Swapped sessions are users' conversations: 0600 files in a 0700 directory whatever the umask.
+  const mode_t saved_umask = ::umask(022);
+  size_t swap_files_seen = 0;
+  auto expect_private = [&] {
+    namespace fs = std::filesystem;
+    if (!fs::exists(eo.swap_dir)) return;
+    EXPECT_EQ(fs::status(eo.swap_dir).permissions(), fs::perms::owner_all);
+    for (const auto& entry : fs::directory_iterator(eo.swap_dir)) {
+      ++swap_files_seen;
+      EXPECT_EQ(entry.status().permissions(), fs::perms::owner_read | fs::perms::owner_write)
+          << entry.path();
+    }
+  };
   ASSERT_LT(eo.kv_budget_bytes, held);
   auto engine = Engine::Create(f.model, f.pool, eo);
   ASSERT_TRUE(engine.ok());
@@ -440,8 +453,11 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
     auto active = e.Step();
     ASSERT_TRUE(active.ok()) << active.status().ToString();
     EXPECT_LE(e.stats().kv_bytes, eo.kv_budget_bytes);
+    expect_private();
     if (*active == 0) break;
   }
+  ::umask(saved_umask);
+  EXPECT_GT(swap_files_seen, 0u);
   const EngineStats st = e.stats();
   EXPECT_GT(st.swaps_out, 0);
   EXPECT_GT(st.swaps_in, 0);

@@ -418,7 +418,7 @@ class ServeTest(unittest.TestCase):
             # (with ignore_eos, llama.cpp's extension, it would run for 1,500 tokens otherwise).
             sock = socket.create_connection((server.host, server.port))
             payload = json.dumps({**body(99, True), "max_tokens": 1500, "ignore_eos": True}).encode()
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
                          b"Authorization: Bearer " + KEY.encode() + b"\r\n"
                          b"Content-Type: application/json\r\nContent-Length: " +
                          str(len(payload)).encode() + b"\r\n\r\n" + payload)
@@ -436,7 +436,7 @@ class ServeTest(unittest.TestCase):
             sock = socket.create_connection((server.host, server.port))
             payload = json.dumps({**body(98, False), "max_tokens": 2000,
                                   "ignore_eos": True}).encode()
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
                          b"Authorization: Bearer " + KEY.encode() + b"\r\n"
                          b"Content-Type: application/json\r\nContent-Length: " +
                          str(len(payload)).encode() + b"\r\n\r\n" + payload)

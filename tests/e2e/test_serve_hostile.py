@@ -1,0 +1,228 @@
+"""pocket serve under hostile input (issue 43), on loopback only, every loop bounded: nesting bombs
+in a body, a message's content, a JSON Schema, tool parameters and /v1/score's input answer 400
+and the server stays up (a 75 KB schema bomb fast and without memory growing); browser policy (a
+foreign Host or an Origin that --cors-origin does not allow is a 403, preflights are answered when
+it does); a wrong method is a 405 with Allow; every request gets an X-Request-Id and an access-log
+line; a client-facing error never shows where the model file is."""
+import json
+import os
+import re
+import shutil
+import stat
+import time
+import unittest
+
+from harness import STORIES, STORIES_TOK, main_unittest, work_path
+from test_serve import Server
+
+
+def rss_peak_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1))
+
+
+def nested(depth, inner="1"):
+    return "[" * depth + inner + "]" * depth
+
+
+class NestingBombs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def post(self, path, body_text):
+        return self.server.request("POST", path, body_text, key=None)
+
+    def expect_400(self, path, body_text, needle="nests deeper than 64 levels"):
+        t0 = time.monotonic()
+        status, _, data = self.post(path, body_text)
+        ms = (time.monotonic() - t0) * 1000
+        self.assertEqual(status, 400, data[:300])
+        err = json.loads(data)["error"]
+        self.assertEqual(err["type"], "invalid_request_error")
+        self.assertIn(needle, err["message"])
+        return ms
+
+    def test_bombs_are_400_and_the_server_stays_up(self):
+        chat = {"model": self.server.model, "max_tokens": 4}
+        cases = {
+            # The issue's crashes: a content array 200,000 deep; a field 1,000,000 deep beside
+            # /v1/score's input.
+            "content": ("/v1/chat/completions", json.dumps(chat)[:-1] +
+                        ', "messages": [{"role": "user", "content": ' + nested(200000) + "}]}"),
+            "score": ("/v1/score", '{"input": "a", "candidates": ["b"], "x": ' +
+                      nested(1000000) + "}"),
+            "tools": ("/v1/chat/completions", json.dumps(chat)[:-1] +
+                      ', "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": '
+                      '"function", "function": {"name": "f", "parameters": ' +
+                      '{"type": "array", "items": ' * 3000 + '{}' + '}' * 3000 + "}}]}"),
+            "tokenize": ("/tokenize", '{"content": "a", "x": ' + nested(100000) + "}"),
+            "detokenize": ("/detokenize", '{"tokens": ' + nested(100000) + "}"),
+        }
+        for name, (path, body) in cases.items():
+            with self.subTest(name):
+                ms = self.expect_400(path, body)
+                print(f"{name}: {len(body)} bytes, 400 in {ms:.1f} ms")
+        status, _, data = self.server.request("GET", "/health", key=None)
+        self.assertEqual(status, 200, data)
+
+    def test_schema_bomb_is_fast_and_costs_no_memory(self):
+        # 3,000 levels of items (75 KB): refused before the schema compiler sees it.
+        schema = '{"type": "array", "items": ' * 3000 + '{"type": "integer"}' + "}" * 3000
+        body = ('{"model": "%s", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],'
+                ' "response_format": {"type": "json_schema", "json_schema": {"name": "b", '
+                '"schema": %s}}}' % (self.server.model, schema))
+        before = rss_peak_kib(self.server.p.pid)
+        times = [self.expect_400("/v1/chat/completions", body) for _ in range(3)]
+        grown = rss_peak_kib(self.server.p.pid) - before
+        print(f"schema bomb: {len(schema)} bytes, 400 in {sorted(times)[1]:.1f} ms (median of 3),"
+              f" peak RSS +{grown} KiB")
+        self.assertLess(grown, 20 * 1024)
+        # A schema within the limits but compiling to too many rules: 400 naming the limit.
+        big = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(2000)}}
+        wide = {"type": "object", "$defs": {"big": big},
+                "properties": {f"q{i}": {"$ref": "#/$defs/big", "type": "object"}
+                               for i in range(60)}}
+        body = json.dumps({"model": self.server.model, "max_tokens": 4, "prompt": "Once",
+                           "response_format": {"type": "json_schema",
+                                               "json_schema": {"name": "w", "schema": wide}}})
+        before = rss_peak_kib(self.server.p.pid)
+        ms = self.expect_400("/v1/completions", body, "grows past 100000 rules")
+        print(f"wide schema: {len(body)} bytes, 400 in {ms:.1f} ms, peak RSS "
+              f"+{rss_peak_kib(self.server.p.pid) - before} KiB")
+
+
+class BrowserPolicy(unittest.TestCase):
+    def test_foreign_hosts_and_origins_are_refused(self):
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
+        try:
+            chat = json.dumps({"model": server.model, "max_tokens": 2, "prompt": "Once"})
+            # A page's "simple" cross-origin POST (text/plain needs no preflight): refused.
+            status, headers, data = server.request(
+                "POST", "/v1/completions", chat, key=None,
+                headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})
+            self.assertEqual(status, 403, data)
+            self.assertIn("--cors-origin", json.loads(data)["error"]["message"])
+            self.assertNotIn("Access-Control-Allow-Origin", headers)
+            status, _, _ = server.request("OPTIONS", "/v1/completions", key=None,
+                                          headers={"Origin": "http://evil.example",
+                                                   "Access-Control-Request-Method": "POST"})
+            self.assertEqual(status, 403)
+            # DNS rebinding: another name for 127.0.0.1 in the Host header.
+            status, _, data = server.request("POST", "/v1/completions", chat, key=None,
+                                             headers={"Host": f"rebind.example:{server.port}"})
+            self.assertEqual(status, 403, data)
+            self.assertIn("--allowed-host", json.loads(data)["error"]["message"])
+            status, _, _ = server.request("GET", "/health", key=None,
+                                          headers={"Host": "rebind.example"})
+            self.assertEqual(status, 403)
+            # Loopback names and clients without an Origin (curl, SDKs) are served.
+            for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}"):
+                status, _, data = server.request("POST", "/v1/completions", chat, key=None,
+                                                 headers={"Host": host})
+                self.assertEqual(status, 200, data)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+    def test_cors_origin_and_allowed_host_when_asked(self):
+        app = "https://app.example"
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1",
+                        "--cors-origin", app, "--allowed-host", "pocket.internal")
+        try:
+            status, headers, _ = server.request(
+                "OPTIONS", "/v1/completions", key=None,
+                headers={"Origin": app, "Access-Control-Request-Method": "POST",
+                         "Access-Control-Request-Headers": "authorization, content-type"})
+            self.assertEqual(status, 204)
+            self.assertEqual(headers.get("Access-Control-Allow-Origin"), app)
+            self.assertIn("POST", headers.get("Access-Control-Allow-Methods", ""))
+            self.assertIn("Authorization", headers.get("Access-Control-Allow-Headers", ""))
+            body = json.dumps({"model": server.model, "max_tokens": 2, "prompt": "Once"})
+            status, headers, data = server.request("POST", "/v1/completions", body, key=None,
+                                                   headers={"Origin": app})
+            self.assertEqual(status, 200, data)
+            self.assertEqual(headers.get("Access-Control-Allow-Origin"), app)
+            status, _, _ = server.request("POST", "/v1/completions", body, key=None,
+                                          headers={"Origin": "https://other.example"})
+            self.assertEqual(status, 403)
+            status, _, _ = server.request("GET", "/health", key=None,
+                                          headers={"Host": f"pocket.internal:{server.port}"})
+            self.assertEqual(status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
+class MethodsIdsAndLogs(unittest.TestCase):
+    def test_405_request_ids_access_log_and_no_paths(self):
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
+        try:
+            for method, path, allow in (("PUT", "/v1/chat/completions", "POST"),
+                                        ("GET", "/v1/completions", "POST"),
+                                        ("DELETE", "/health", "GET")):
+                status, headers, data = server.request(method, path, key=None)
+                self.assertEqual(status, 405, (method, path, data))
+                self.assertIn(allow, headers.get("Allow", ""))
+                self.assertEqual(json.loads(data)["error"]["code"], "method_not_allowed")
+            status, headers, _ = server.request("GET", "/health", key=None,
+                                                headers={"X-Request-Id": "trace-42.a"})
+            self.assertEqual(headers.get("X-Request-Id"), "trace-42.a")
+            status, headers, _ = server.request("GET", "/health", key=None,
+                                                headers={"X-Request-Id": "bad id\twith tab"})
+            made = headers.get("X-Request-Id", "")
+            self.assertTrue(made.startswith("req-"), made)
+            # stories260K has no classification head: the error names the model, not its file.
+            body = json.dumps({"model": server.model, "input": "Once", "labels": ["a", "b"]})
+            status, _, data = server.request("POST", "/v1/classify", body, key=None)
+            self.assertGreaterEqual(status, 400, data)
+            message = json.loads(data)["error"]["message"]
+            self.assertNotIn(os.path.dirname(STORIES), message)
+            self.assertNotIn("stories260K.bin", message)
+            # One access-log line per request, with its id, status and a real duration.
+            body = json.dumps({"model": server.model, "max_tokens": 8, "prompt": "Once"})
+            server.request("POST", "/v1/completions", body, key=None,
+                           headers={"X-Request-Id": "gen-1"})
+            deadline = time.time() + 10
+            while time.time() < deadline and not any("gen-1" in l for l in server.log):
+                time.sleep(0.05)
+            lines = [l for l in server.log if l.startswith("pocket serve: http ")]
+            self.assertTrue(any(re.search(r"http trace-42\.a GET /health 200 \d+ ms", l)
+                                for l in lines), "".join(lines))
+            self.assertTrue(any(re.search(r"http gen-1 POST /v1/completions 200 \d+ ms", l)
+                                for l in lines), "".join(lines))
+            self.assertTrue(any(" 405 " in l for l in lines), "".join(lines))
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
+class PrivateFiles(unittest.TestCase):
+    def test_session_files_and_directories_are_private_under_umask_022(self):
+        root = work_path("hostile-sessions")
+        shutil.rmtree(root, ignore_errors=True)
+        sessions = os.path.join(root, "slots")
+        old = os.umask(0o022)
+        try:
+            server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1",
+                            "--session-dir", sessions)
+        finally:
+            os.umask(old)
+        try:
+            body = json.dumps({"model": server.model, "max_tokens": 8, "prompt": "Once upon"})
+            status, _, data = server.request("POST", "/v1/completions", body, key=None)
+            self.assertEqual(status, 200, data)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+        for d in (root, sessions):
+            self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700, d)
+        files = os.listdir(sessions)
+        self.assertTrue(files, "no session saved")
+        for name in files:
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.join(sessions, name)).st_mode), 0o600,
+                             name)
+
+
+if __name__ == "__main__":
+    main_unittest()
