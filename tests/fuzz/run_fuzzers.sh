@@ -22,7 +22,10 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokeniz
     serve_request_fuzz)
       # Endpoint byte (1: chat, 0: completions), then a request body.
       printf '\1{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":["a"],"stream":true,"stream_options":{"include_usage":true},"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}' >"$corpus/chat.seed"
-      printf '\0{"model":"m","prompt":"Once","max_tokens":16,"seed":3,"top_p":0.9,"n":1}' >"$corpus/completion.seed" ;;
+      printf '\0{"model":"m","prompt":"Once","max_tokens":16,"seed":3,"top_p":0.9,"n":1}' >"$corpus/completion.seed"
+      # Near the nesting limit (64 levels), so mutations cross it both ways.
+      { printf '\1{"model":"m","messages":[{"role":"user","content":'
+        printf '[%.0s' $(seq 60); printf '1'; printf ']%.0s' $(seq 60); printf '}]}'; } >"$corpus/deep.seed" ;;
     grammar_fuzz)
       # Mode byte (0: GBNF, 1: JSON Schema), the grammar, NUL, a text to feed.
       for f in "$shared"/testdata/gbnf/*.gbnf; do
@@ -30,11 +33,20 @@ for target in gguf_fuzz safetensors_fuzz tokenizer_json_fuzz pocket_fuzz tokeniz
       done
       for f in "$root"/tests/e2e/schemas/*.json; do
         { printf '\1'; cat "$f"; printf '\0{"name":"a","age":3,"active":true}'; } >"$corpus/$(basename "$f").seed"
-      done ;;
+      done
+      { printf '\1'; printf '{"type":"array","items":%.0s' $(seq 30); printf '{}'
+        printf '}%.0s' $(seq 30); printf '\0[[[]]]'; } >"$corpus/deep-schema.seed" ;;
+  esac
+  # JSON inputs: the dictionary, and room for deep nesting and wide schemas.
+  extra=()
+  case "$target" in
+    serve_request_fuzz | grammar_fuzz | tokenizer_json_fuzz)
+      extra=(-dict="$root/tests/fuzz/json.dict" -max_len=65536) ;;
   esac
   echo "fuzz: $target for ${seconds}s"
   if ! "$build_dir/bin/$target" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-       -print_final_stats=1 -artifact_prefix="$work/$target-" "$corpus" >"$work/$target.log" 2>&1; then
+       -print_final_stats=1 -artifact_prefix="$work/$target-" "${extra[@]}" "$corpus" \
+       >"$work/$target.log" 2>&1; then
     echo "fuzz: $target FOUND A PROBLEM; log tail:"
     tail -n 40 "$work/$target.log"
     status=1
