@@ -718,6 +718,7 @@ std::string_view FinishReason(StopReason reason) {
   switch (reason) {
     case StopReason::kMaxTokens:
     case StopReason::kContextFull:
+    case StopReason::kCancelled:  // cut short (a drain's timeout): never "stop"
       return "length";
     default:
       return "stop";

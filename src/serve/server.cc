@@ -590,6 +590,24 @@ struct Server::Impl {
   // cpp-httplib routes and logs a request on one thread with the same object.
   std::mutex arrivals_mu;
   std::unordered_map<const httplib::Request*, std::chrono::steady_clock::time_point> arrivals;
+  // The drain (Stop): new requests get a 503 while the requests in flight, counted from their
+  // routing to their logging (after a stream's last byte), finish; then the listener stops.
+  // cpp-httplib ends every stream the moment it stops, so it must not stop before they do.
+  std::atomic<bool> draining{false};
+  std::mutex drain_mu;
+  std::condition_variable drain_cv;
+  int64_t in_flight = 0;      // under drain_mu
+  bool cancel_drain = false;  // under drain_mu: CancelAll came, streams end with what they have
+  std::thread drainer;
+
+  void Drain() {
+    std::unique_lock<std::mutex> lock(drain_mu);
+    drain_cv.wait(lock, [&] { return in_flight == 0 || cancel_drain; });
+    // Cancelled requests still write their last chunks: a short grace for them.
+    drain_cv.wait_for(lock, std::chrono::seconds(5), [&] { return in_flight == 0; });
+    lock.unlock();
+    http.stop();
+  }
 
   std::string NewId(std::string_view prefix) {
     std::lock_guard<std::mutex> lock(ids_mu);
@@ -960,7 +978,9 @@ struct Server::Impl {
             state->done[i] = true;
             wrote = true;
             if (!job.status.ok()) {
+              // An explicit error event, then the end of the stream, never a silent close.
               write(StrCat("data: ", ErrorJson(FromStatus(job.status)), "\n\n"));
+              write(std::string(kStreamDone));
               cancel_all();
               sink.done();
               return true;
@@ -1113,6 +1133,10 @@ struct Server::Impl {
         std::lock_guard<std::mutex> lock(arrivals_mu);
         arrivals[&req] = std::chrono::steady_clock::now();
       }
+      {
+        std::lock_guard<std::mutex> lock(drain_mu);
+        ++in_flight;  // until the logger, which cpp-httplib calls after the response's last byte
+      }
       std::string id = ClientRequestId(req.get_header_value("X-Request-Id"));
       if (id.empty()) id = NewId("req-");
       res.set_header("X-Request-Id", id);
@@ -1127,6 +1151,16 @@ struct Server::Impl {
       };
       const std::string host_refusal = HostRefusal(policy, req.get_header_value("Host"));
       if (!host_refusal.empty()) return refuse(403, host_refusal, "host_not_allowed");
+      if (draining.load() && req.path != "/metrics") {
+        // Load balancers read /health's 503; clients retry elsewhere or after the restart.
+        if (req.path == "/health") {
+          res.status = 503;
+          res.set_header("Retry-After", "1");
+          res.set_content(R"({"status":"draining"})", "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return refuse(503, "the server is shutting down", "server_draining");
+      }
       const std::string allowed = AllowedMethods(req.path);
       if (req.has_header("Origin")) {
         const std::string origin = req.get_header_value("Origin");
@@ -1165,13 +1199,22 @@ struct Server::Impl {
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       metrics.CountResponse(req.path, res.status);
       std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+      bool routed = false;  // a request cpp-httplib refused before routing was never counted
       {
         std::lock_guard<std::mutex> lock(arrivals_mu);
         auto it = arrivals.find(&req);
         if (it != arrivals.end()) {
           arrived = it->second;
           arrivals.erase(it);
+          routed = true;
         }
+      }
+      if (routed) {
+        {
+          std::lock_guard<std::mutex> lock(drain_mu);
+          --in_flight;
+        }
+        drain_cv.notify_all();
       }
       if (!options.log) return;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -1333,7 +1376,8 @@ Status SaveSessions(const ServeOptions& options,
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() {
   Stop();
-  if (impl_->scheduler) impl_->scheduler->Stop();
+  CancelAll();
+  if (impl_->drainer.joinable()) impl_->drainer.join();
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> model,
@@ -1412,6 +1456,7 @@ Status Server::Serve() {
   if (!impl_->http.listen_after_bind()) {
     if (impl_->http.is_running()) return InternalError("the HTTP server stopped unexpectedly");
   }
+  if (impl_->drainer.joinable()) impl_->drainer.join();
   impl_->scheduler->Stop();
   if (!impl_->options.session_dir.empty()) {
     POCKET_RETURN_IF_ERROR(SaveSessions(impl_->options, impl_->scheduler->sessions()));
@@ -1420,11 +1465,19 @@ Status Server::Serve() {
 }
 
 void Server::Stop() {
-  impl_->http.stop();
+  Impl& m = *impl_;
+  if (m.draining.exchange(true)) return;
+  m.drainer = std::thread([&m] { m.Drain(); });
 }
 
 void Server::CancelAll() {
-  impl_->scheduler->Stop();
+  Impl& m = *impl_;
+  m.scheduler->Stop();  // running requests end as cancelled ("length"), queued ones with an error
+  {
+    std::lock_guard<std::mutex> lock(m.drain_mu);
+    m.cancel_drain = true;
+  }
+  m.drain_cv.notify_all();
 }
 
 }  // namespace pocket::serve

@@ -71,11 +71,13 @@ class Server {
   // Serves until Stop(): then lets the requests in flight finish, saves the sessions
   // (ServeOptions::session_dir) and returns.
   Status Serve();
-  // Stops accepting connections; the requests in flight finish (a drain), then Serve() returns.
-  // Thread-safe; not from a signal handler.
+  // Starts the drain: new requests get a 503 (/health says "draining"), the requests in flight
+  // finish, streams to their last chunk, then the listener stops and Serve() returns. Returns at
+  // once. Thread-safe; not from a signal handler.
   void Stop();
-  // Cancels the requests in flight and those queued (they end with what they have), for a drain
-  // that must not wait longer. Thread-safe.
+  // Cancels the requests in flight and those queued, for a drain that must not wait longer: a
+  // running request ends with what it has (finish_reason "length"), a queued one with an error
+  // (streams: an error event), every stream with [DONE]. Thread-safe.
   void CancelAll();
   ~Server();
   Server(const Server&) = delete;

@@ -548,6 +548,8 @@ class ServeTest(unittest.TestCase):
         status, _, data = result["response"]
         self.assertEqual(status, 200, data)
         self.assertLess(json.loads(data)["usage"]["completion_tokens"], 1800)
+        # Cut short by the drain: "length", never "stop" (a client can tell it was cut off).
+        self.assertEqual(json.loads(data)["choices"][0]["finish_reason"], "length")
         self.assertTrue(any("--drain-timeout passed" in l for l in server.log), "".join(server.log))
 
     def test_scoring_classifying_and_adapters(self):

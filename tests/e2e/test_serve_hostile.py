@@ -4,15 +4,19 @@ and the server stays up (a 75 KB schema bomb fast and without memory growing); b
 foreign Host or an Origin that --cors-origin does not allow is a 403, preflights are answered when
 it does); a wrong method is a 405 with Allow; every request gets an X-Request-Id and an access-log
 line; a client-facing error never shows where the model file is."""
+import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import stat
+import threading
 import time
 import unittest
 
-from harness import STORIES, STORIES_TOK, main_unittest, work_path
+from harness import (QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest, make_model, require,
+                     work_path)
 from test_serve import Server
 
 
@@ -196,6 +200,108 @@ class MethodsIdsAndLogs(unittest.TestCase):
             self.assertTrue(any(" 405 " in l for l in lines), "".join(lines))
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
+def read_stream(host, port, body, out, key):
+    """POSTs a streamed completion and collects its SSE events into out[key] (raw JSON strings
+    and "[DONE]"), or the exception."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        events, buf = [], b""
+        out[key] = {"status": r.status, "events": events}
+        while True:
+            chunk = r.read1(65536)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                if event.startswith(b"data: "):
+                    events.append(event[len(b"data: "):].decode())
+        conn.close()
+    except Exception as e:  # noqa: BLE001 (reported by the test)
+        out[key] = {"error": repr(e)}
+
+
+class Drain(unittest.TestCase):
+    def streams_through_sigterm(self, drain_timeout, max_tokens):
+        """8 streams running when SIGTERM comes: each ends with a finish chunk and [DONE], a new
+        request meanwhile gets 503 (/health: draining), the process exits 0, sessions saved."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        sessions = work_path(f"hostile-drain-{drain_timeout}")
+        shutil.rmtree(sessions, ignore_errors=True)
+        server = Server("-m", model, "--parallel", "8", "-t", "2", "-c", "4096",
+                        "--session-dir", sessions, "--drain-timeout", str(drain_timeout))
+        out = {}
+        body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": max_tokens,
+                "temperature": 0, "stream": True, "ignore_eos": True,
+                "stream_options": {"include_usage": True}}
+        threads = [threading.Thread(target=read_stream, args=(server.host, server.port, body, out,
+                                                              i)) for i in range(8)]
+        try:
+            for t in threads:
+                t.start()
+            deadline = time.time() + 60
+            while not any("pocket_requests_running 8" in l for l in
+                          server.request("GET", "/metrics", key=None)[2].decode().splitlines()):
+                self.assertLess(time.time(), deadline, out)
+                self.assertFalse(any(o.get("status", 200) != 200 for o in list(out.values())), out)
+                time.sleep(0.02)
+            started = time.time()
+            server.p.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+            try:  # a new request while draining (the listener may be gone already: refused too)
+                late = server.request("GET", "/health", key=None)
+            except OSError as e:
+                late = e
+            code = server.p.wait(timeout=drain_timeout + 60)
+            elapsed = time.time() - started
+        finally:
+            if server.p.poll() is None:
+                server.p.kill()
+        for t in threads:
+            t.join(timeout=60)
+        server.reader.join(timeout=10)
+        self.assertEqual(code, 0, "".join(server.log))
+        if isinstance(late, tuple):
+            self.assertEqual(late[0], 503)
+            self.assertEqual(json.loads(late[2])["status"], "draining")
+        finishes, tokens = [], []
+        for i in range(8):
+            o = out[i]
+            self.assertNotIn("error", o, o)
+            self.assertEqual(o["status"], 200)
+            self.assertEqual(o["events"][-1], "[DONE]", f"stream {i} ended without [DONE]")
+            usage = json.loads(o["events"][-2])  # include_usage: the last chunk before [DONE]
+            self.assertEqual(usage["choices"], [])
+            finish = json.loads(o["events"][-3])
+            finishes.append(finish["choices"][0]["finish_reason"])
+            tokens.append(usage["usage"]["completion_tokens"])
+        self.assertTrue(any("saved" in l and "sessions" in l for l in server.log),
+                        "".join(server.log))
+        return finishes, elapsed, tokens
+
+    def test_sigterm_lets_streams_finish(self):
+        finishes, elapsed, tokens = self.streams_through_sigterm(drain_timeout=120,
+                                                                 max_tokens=1000)
+        print(f"drain: 8 streams finished ({finishes}), {tokens} tokens, exit after "
+              f"{elapsed:.1f} s")
+        self.assertEqual(finishes, ["length"] * 8)  # ignore_eos: to max_tokens
+        self.assertEqual(tokens, [1000] * 8)
+
+    def test_drain_timeout_cuts_streams_with_a_final_chunk(self):
+        # --drain-timeout 0: the streams are cancelled at SIGTERM and end with what they have.
+        finishes, elapsed, tokens = self.streams_through_sigterm(drain_timeout=0,
+                                                                 max_tokens=1900)
+        print(f"drain timeout: 8 streams cut ({finishes}), {tokens} tokens, exit after "
+              f"{elapsed:.1f} s")
+        self.assertEqual(finishes, ["length"] * 8)  # cut: "length", never "stop"
+        self.assertTrue(all(t < 1900 for t in tokens), tokens)
+        self.assertLess(elapsed, 0 + 2 + 5)
 
 
 class PrivateFiles(unittest.TestCase):
