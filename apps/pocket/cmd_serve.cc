@@ -29,6 +29,7 @@ Command AddServeCommand(CLI::App& root) {
     std::string api_key_file, alias, kv_budget;
     std::vector<std::string> lora;  // NAME=FILE|DIR[:SCALE]
     int32_t drain_timeout = 30;     // seconds
+    double request_timeout = 10;    // seconds
   };
   auto f = std::make_shared<Flags>();
   app->add_option("-m,--model", f->model, "the model to serve")->required();
@@ -86,8 +87,16 @@ Command AddServeCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--max-body", f->serve.max_body_bytes, "largest request body in bytes (413)")
       ->capture_default_str();
-  app->add_option("--http-threads", f->serve.http_threads, "connections served at once")
-      ->capture_default_str();
+  app->add_option("--max-connections,--http-threads", f->serve.max_connections,
+                  "connections served at once, each on its own thread; 8 more may ask only "
+                  "/health and /metrics, more get a 503 with Retry-After")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--request-timeout", f->request_timeout,
+                  "seconds a client has to send a request's headers and body (slower ones are "
+                  "closed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   SetExamples(app, {"pocket serve -m model.pocket --port 9000 --parallel 8 --api-key-file key.txt",
                     "pocket serve -m model.pocket --lora reviews=reviews.pocket --session-dir "
                     "~/.pocket/sessions",
@@ -129,6 +138,7 @@ Command AddServeCommand(CLI::App& root) {
             StatusOr<SessionOptions> so = f->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
             serve::ServeOptions o = f->serve;
+            o.request_timeout_ms = static_cast<int32_t>(f->request_timeout * 1000);
             o.n_threads = so->n_threads;
             o.n_ctx = so->n_ctx;
             o.n_batch = so->n_batch;

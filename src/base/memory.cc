@@ -1,5 +1,8 @@
 #include "base/memory.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -67,6 +70,18 @@ uint64_t HugePageMappedBytes(const void* begin, const void* end) {
   }
   std::fclose(f);
   return total;
+}
+
+uint64_t TrimHeap(uint64_t min_free_bytes) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = mallinfo2();
+  const uint64_t free_bytes = info.fordblks;  // free in the arenas (mmapped blocks go at free)
+  if (free_bytes > min_free_bytes) malloc_trim(0);
+  return free_bytes;
+#else
+  (void)min_free_bytes;
+  return 0;
+#endif
 }
 
 double ProcessCpuSeconds() {

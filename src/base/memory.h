@@ -25,6 +25,10 @@ uint64_t HugePageMappedBytes(const void* begin, const void* end);
 // (glibc keeps freed blocks of this size in its heap once its mmap threshold has grown, so the
 // resident set would not shrink when KV pages are freed). Null when the OS refuses.
 std::shared_ptr<uint8_t[]> AllocateOsPages(size_t bytes);
+// Gives the allocator's free memory back to the OS when it holds more than `min_free_bytes` unused
+// (glibc: every arena, malloc_trim), so that a burst of large requests does not leave the resident
+// set at its peak. Returns the free bytes it saw (0 where the allocator does not say).
+uint64_t TrimHeap(uint64_t min_free_bytes);
 // CPU time (user + system) used by the process so far, in seconds.
 double ProcessCpuSeconds();
 

@@ -1,9 +1,7 @@
 #include "serve/server.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <httplib.h>
-#include <netdb.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -21,12 +19,14 @@
 #include <vector>
 
 #include "base/json_nesting.h"
+#include "base/memory.h"
 #include "base/output_file.h"
 #include "base/str.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/request.h"
 #include "runtime/session.h"
+#include "serve/connections.h"
 #include "serve/http_policy.h"
 #include "serve/openai.h"
 
@@ -74,54 +74,6 @@ constexpr auto kFlushInterval = std::chrono::milliseconds(40);
 // How often a handler waiting for a whole (non-streamed) response checks that its client is there.
 constexpr auto kAlivePollInterval = std::chrono::milliseconds(20);
 
-// The numeric host and port of a socket's own (peer: the other end's) address, as cpp-httplib
-// writes them into a Request; false when fd is not a connected IP socket.
-bool SocketAddress(int fd, bool peer, std::string& host, int& port) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  const int r = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
-                     : getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (r != 0 || (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) return false;
-  char h[NI_MAXHOST];
-  char p[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, h, sizeof(h), p, sizeof(p),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return false;
-  }
-  host = h;
-  port = std::atoi(p);
-  return true;
-}
-
-// The socket of a request's connection, or -1. cpp-httplib 0.11 (Debian 12's) does not hand it to
-// handlers, so it is found among the process's descriptors by its two addresses, unique to the
-// connection while its handler runs (the handler's thread owns the socket until it returns).
-int ConnectionSocket(const httplib::Request& req) {
-  auto matches = [&](int fd) {
-    std::string host;
-    int port = -1;
-    return SocketAddress(fd, /*peer=*/true, host, port) && port == req.remote_port &&
-           host == req.remote_addr && SocketAddress(fd, /*peer=*/false, host, port) &&
-           port == req.local_port && host == req.local_addr;
-  };
-  if (DIR* dir = opendir("/proc/self/fd")) {  // Linux and Android: only the open descriptors
-    int found = -1;
-    while (const dirent* e = readdir(dir)) {
-      const int fd = std::atoi(e->d_name);
-      if (e->d_name[0] != '.' && fd != dirfd(dir) && matches(fd)) {
-        found = fd;
-        break;
-      }
-    }
-    closedir(dir);
-    return found;
-  }
-  for (int fd = 0; fd < 4096; ++fd) {
-    if (matches(fd)) return fd;
-  }
-  return -1;
-}
-
 // Whether the client closed (or reset) the connection: a read that would return end-of-file. Reads
 // nothing (a request the client pipelined stays for the next handler).
 bool PeerClosed(int fd) {
@@ -165,6 +117,7 @@ struct Metrics {
   std::atomic<int64_t> prefix_hits{0};
   std::atomic<int64_t> prefix_hit_tokens{0};
   std::atomic<int64_t> swaps_out{0};
+  std::atomic<int64_t> swapped_sessions{0};
   std::atomic<int64_t> swaps_in{0};
 
   std::mutex mu;
@@ -361,6 +314,7 @@ class Scheduler {
     const EngineStats es = engine_->stats();
     metrics_->swaps_out.store(es.swaps_out);
     metrics_->swaps_in.store(es.swaps_in);
+    metrics_->swapped_sessions.store(es.n_swapped);
     metrics_->running.store(static_cast<int32_t>(running_.size()));
   }
 
@@ -576,11 +530,24 @@ void SendError(httplib::Response& res, const ApiError& e) {
 
 }  // namespace
 
+// cpp-httplib's task queue over the server's connection table (serve/connections.h).
+class ConnectionQueue : public httplib::TaskQueue {
+ public:
+  explicit ConnectionQueue(Connections* connections) : connections_(connections) {}
+  void enqueue(std::function<void()> fn) override { connections_->Enqueue(std::move(fn)); }
+  void shutdown() override { connections_->Shutdown(); }
+
+ private:
+  Connections* connections_;
+};
+
 struct Server::Impl {
   std::shared_ptr<const Model> model;
   ServeOptions options;
   Metrics metrics;  // before the scheduler, which writes it until it ends
   std::unique_ptr<Scheduler> scheduler;
+  // Before http, which serves its connections (and is stopped before it goes).
+  std::unique_ptr<Connections> connections;
   httplib::Server http;
   std::mt19937_64 ids_rng{std::random_device{}()};
   std::mutex ids_mu;
@@ -599,6 +566,7 @@ struct Server::Impl {
   int64_t in_flight = 0;      // under drain_mu
   bool cancel_drain = false;  // under drain_mu: CancelAll came, streams end with what they have
   std::thread drainer;
+  std::atomic<int64_t> last_trim_ms{0};  // TrimHeap's last call (steady clock)
 
   void Drain() {
     std::unique_lock<std::mutex> lock(drain_mu);
@@ -883,7 +851,7 @@ struct Server::Impl {
     if (!api.stream) {
       // A whole response: its client is watched while the jobs run, and one that goes away
       // cancels them (the scheduler stops them within a step).
-      const int fd = ConnectionSocket(req);
+      const int fd = connections->CurrentSocket();
       bool gone = false;
       std::vector<Choice> choices;
       Usage usage;
@@ -1082,6 +1050,19 @@ struct Server::Impl {
     metric("kv_swaps_out_total", "counter", "Sessions saved to disk under the KV budget.",
            m.swaps_out.load());
     metric("kv_swaps_in_total", "counter", "Sessions restored from disk.", m.swaps_in.load());
+    metric("kv_swapped_sessions", "gauge", "Sessions saved to disk under the KV budget now.",
+           m.swapped_sessions.load());
+    metric("process_resident_bytes", "gauge", "Resident memory of the server process.",
+           ReadProcessMemory().rss_bytes);
+    const ConnectionCounts cc = connections->Counts();
+    metric("connections_open", "gauge", "HTTP connections open now.", cc.open);
+    metric("connections_total", "counter", "HTTP connections accepted and served.", cc.accepted);
+    metric("connections_refused_total", "counter",
+           "Connections answered 503 beyond --max-connections and the probes' reserve.",
+           cc.refused);
+    metric("connections_timed_out_total", "counter",
+           "Connections closed because a request did not arrive within --request-timeout.",
+           cc.timed_out);
     metric("draft_tokens_total", "counter", "Tokens drafted for speculative decoding.",
            m.drafted_tokens.load());
     metric("draft_tokens_accepted_total", "counter", "Drafted tokens the model kept.",
@@ -1089,18 +1070,32 @@ struct Server::Impl {
     return out;
   }
 
+  // A POST route: its request has arrived once cpp-httplib read the body and calls it.
+  template <typename Handler>
+  void Post(const char* path, Handler handler) {
+    http.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res) {
+      connections->RequestArrived();
+      handler(req, res);
+    });
+  }
+
   void Routes() {
     http.set_payload_max_length(options.max_body_bytes);
-    // A client that sends nothing or reads nothing for 10 s loses its connection (a stream's
-    // request is then cancelled); idle keep-alive connections close after 5 s, so a slow or idle
-    // client holds one HTTP thread for a bounded time and never the scheduler. Headers are
-    // limited to 8 KiB a line by cpp-httplib (a longer one is a 400).
+    // A client that reads nothing for 10 s loses its connection (a stream's request is then
+    // cancelled); every request's headers and body must arrive within --request-timeout, and idle
+    // keep-alive connections close after 5 s (serve/connections.h), so a slow or idle client
+    // holds a connection for a bounded time and never the scheduler. Headers are limited to
+    // 8 KiB a line by cpp-httplib (a longer one is a 400).
     http.set_read_timeout(10);
     http.set_write_timeout(10);
     http.set_keep_alive_timeout(5);
     http.set_keep_alive_max_count(1000);
-    const int threads = std::max(1, options.http_threads);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    ConnectionLimits limits;
+    limits.max_connections = std::max(1, options.max_connections);
+    limits.request_timeout = std::chrono::milliseconds(options.request_timeout_ms);
+    limits.keep_alive = std::chrono::seconds(5);
+    connections = std::make_unique<Connections>(limits, options.log);
+    http.new_task_queue = [this] { return new ConnectionQueue(connections.get()); };
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return;
       ApiError e;
@@ -1140,17 +1135,30 @@ struct Server::Impl {
       std::string id = ClientRequestId(req.get_header_value("X-Request-Id"));
       if (id.empty()) id = NewId("req-");
       res.set_header("X-Request-Id", id);
-      auto refuse = [&res](int status, std::string message, std::string code) {
+      // A request without a body has arrived whole; one with a body once its handler runs.
+      if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH") {
+        connections->RequestArrived();
+      }
+      auto refuse = [this, &res](int status, std::string message, std::string code) {
+        connections->RequestArrived();
         ApiError e;
         e.http_status = status;
         e.message = std::move(message);
         e.code = std::move(code);
         SendError(res, e);
+        if (status == 503) res.set_header("Retry-After", "1");
         res.set_header("Connection", "close");  // the body, if any, is never read
         return httplib::Server::HandlerResponse::Handled;
       };
       const std::string host_refusal = HostRefusal(policy, req.get_header_value("Host"));
       if (!host_refusal.empty()) return refuse(403, host_refusal, "host_not_allowed");
+      const bool probe = req.path == "/health" || req.path == "/metrics";
+      if (!probe && connections->CurrentKind() == ServingKind::kProbesOnly) {
+        return refuse(503,
+                      StrCat("too many connections (--max-connections ", options.max_connections,
+                             "); retry later"),
+                      "too_many_connections");
+      }
       if (draining.load() && req.path != "/metrics") {
         // Load balancers read /health's 503; clients retry elsewhere or after the restart.
         if (req.path == "/health") {
@@ -1197,6 +1205,7 @@ struct Server::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      connections->ResponseSent();  // cpp-httplib logs after the response's last byte
       metrics.CountResponse(req.path, res.status);
       std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
       bool routed = false;  // a request cpp-httplib refused before routing was never counted
@@ -1209,12 +1218,22 @@ struct Server::Impl {
           routed = true;
         }
       }
+      bool idle = false;
       if (routed) {
         {
           std::lock_guard<std::mutex> lock(drain_mu);
-          --in_flight;
+          idle = --in_flight == 0;
         }
         drain_cv.notify_all();
+      }
+      // A large request's memory goes back to the OS: when the server falls idle, and at most
+      // once a second under load (glibc keeps freed memory in each thread's arena otherwise).
+      const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+      int64_t last = last_trim_ms.load();
+      if ((idle || now_ms - last >= 1000) && last_trim_ms.compare_exchange_strong(last, now_ms)) {
+        TrimHeap(uint64_t{16} << 20);
       }
       if (!options.log) return;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -1250,19 +1269,17 @@ struct Server::Impl {
                           -1, ' ', false, json::error_handler_t::replace),
                       "application/json");
     });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Endpoint::kChat, req, res);
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Endpoint::kCompletion, req, res);
     });
-    http.Post("/v1/score", [this](const httplib::Request& req, httplib::Response& res) {
-      Score(false, req, res);
-    });
-    http.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) {
-      Score(true, req, res);
-    });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Post("/v1/score",
+         [this](const httplib::Request& req, httplib::Response& res) { Score(false, req, res); });
+    Post("/v1/classify",
+         [this](const httplib::Request& req, httplib::Response& res) { Score(true, req, res); });
+    Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res) || NestsTooDeep(req, res)) return;
       const json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object() || !body.contains("content") ||
@@ -1291,7 +1308,7 @@ struct Server::Impl {
       if (!ids.ok()) return SendError(res, FromStatus(ids.status(), "content"));
       res.set_content(json{{"tokens", *ids}}.dump(), "application/json");
     });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res) || NestsTooDeep(req, res)) return;
       const json body = json::parse(req.body, nullptr, false);
       ApiError bad;
@@ -1444,6 +1461,7 @@ Status Server::Bind() {
     return IoError("cannot listen on ", m.options.host, ":", m.options.port,
                    " (in use, or not an address of this machine)");
   }
+  m.connections->SetListenPort(m.bound_port);
   return Status::Ok();
 }
 

@@ -42,7 +42,11 @@ struct ServeOptions {
   std::string session_dir;
   int32_t max_tokens = 4096;                // the most a request may ask for
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
-  int32_t http_threads = 32;                // connections served at once
+  // Connections served at once (each on its own thread); 8 more may ask only /health and
+  // /metrics; beyond those a connection gets a 503 with Retry-After (serve/connections.h).
+  int32_t max_connections = 64;
+  // A request's headers and body must arrive within this (slow senders are closed).
+  int32_t request_timeout_ms = 10000;
   // Speculative decoding for every request (GenerateRequest::spec: "lookup", "draft:FILE",
   // "dflash:DIR", "dflash", "auto", ...; empty or "none": off), up to draft_max tokens a pass.
   // Needs parallel == 1: the engine batches plain decoding only, so a speculative request runs

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import threading
 import time
@@ -157,6 +158,127 @@ class BrowserPolicy(unittest.TestCase):
                                           headers={"Host": f"pocket.internal:{server.port}"})
             self.assertEqual(status, 200)
         finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
+class SlowClients(unittest.TestCase):
+    """40 clients sending their requests a byte at a time hold no one up and are closed at
+    --request-timeout; beyond --max-connections, /health and /metrics are still answered and other
+    requests get a 503 with Retry-After."""
+
+    @staticmethod
+    def open_slow(server, n):
+        socks = []
+        for _ in range(n):
+            s = socket.create_connection((server.host, server.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            socks.append(s)
+        return socks
+
+    @staticmethod
+    def trickle(socks, stop):
+        while not stop.wait(0.5):
+            for s in socks:
+                try:
+                    s.send(b"a")
+                except OSError:
+                    pass
+
+    def timed(self, fn):
+        t0 = time.monotonic()
+        result = fn()
+        return time.monotonic() - t0, result
+
+    def test_slow_clients_hold_no_one_up(self):
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1",
+                        "--request-timeout", "4")
+        chat = {"model": server.model, "max_tokens": 16, "temperature": 0,
+                "prompt": "Once upon a time"}
+        stop = threading.Event()
+        socks = []
+        try:
+            normal = sorted(self.timed(lambda: server.request("POST", "/v1/chat/completions",
+                                                              chat, key=None))[0]
+                            for _ in range(3))[1]
+            socks = self.open_slow(server, 40)
+            trickler = threading.Thread(target=self.trickle, args=(socks, stop), daemon=True)
+            trickler.start()
+            time.sleep(0.5)
+            health = []
+            for _ in range(3):
+                t, (status, _, data) = self.timed(lambda: server.request("GET", "/health",
+                                                                         key=None))
+                self.assertEqual(status, 200, data)
+                health.append(t)
+            t_chat, (status, _, data) = self.timed(
+                lambda: server.request("POST", "/v1/completions", chat, key=None))
+            self.assertEqual(status, 200, data)
+            print(f"40 slow clients: /health {sorted(health)[1] * 1000:.1f} ms (median of 3), "
+                  f"chat {t_chat:.2f} s (alone {normal:.2f} s)")
+            self.assertLess(sorted(health)[1], 0.1)
+            self.assertLess(t_chat, normal + 2)
+            # At --request-timeout the slow ones are closed: each reads its end.
+            deadline = time.monotonic() + 10
+            closed = 0
+            for s in socks:
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    closed += s.recv(100) == b""
+                except ConnectionResetError:
+                    closed += 1
+                except socket.timeout:
+                    pass
+            self.assertEqual(closed, 40)
+            metrics = server.request("GET", "/metrics", key=None)[2].decode()
+            m = re.search(r"^pocket_connections_timed_out_total (\d+)$", metrics, re.M)
+            self.assertIsNotNone(m, metrics)
+            self.assertGreaterEqual(int(m.group(1)), 40)
+        finally:
+            stop.set()
+            for s in socks:
+                s.close()
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+        self.assertTrue(any("did not arrive within 4000 ms" in l for l in server.log),
+                        "".join(server.log[-20:]))
+
+    def test_beyond_max_connections_probes_are_answered_and_others_wait(self):
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1",
+                        "--max-connections", "4", "--request-timeout", "30")
+        chat = {"model": server.model, "max_tokens": 4, "prompt": "Once"}
+        socks = []
+        try:
+            socks = self.open_slow(server, 4)  # every connection served in full is held
+            time.sleep(0.3)
+            t, (status, _, data) = self.timed(lambda: server.request("GET", "/health", key=None))
+            self.assertEqual((status, json.loads(data)), (200, {"status": "ok"}))
+            self.assertLess(t, 0.5)
+            status, _, data = server.request("GET", "/metrics", key=None)
+            self.assertEqual(status, 200)
+            self.assertIn("pocket_connections_open", data.decode())
+            status, headers, data = server.request("POST", "/v1/completions", chat, key=None)
+            self.assertEqual(status, 503, data)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertEqual(json.loads(data)["error"]["code"], "too_many_connections")
+            # The probes' reserve (8) held too: the listener itself answers 503.
+            socks += self.open_slow(server, 8)
+            time.sleep(0.3)
+            status, headers, data = server.request("GET", "/health", key=None)
+            self.assertEqual(status, 503, data)
+            self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertEqual(json.loads(data)["error"]["code"], "too_many_connections")
+            for s in socks:
+                s.close()
+            socks = []
+            deadline = time.monotonic() + 10
+            while True:  # the closed ones are gone once the server reads their end
+                status, _, data = server.request("POST", "/v1/completions", chat, key=None)
+                if status == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(status, 200, data)
+        finally:
+            for s in socks:
+                s.close()
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
 
