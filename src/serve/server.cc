@@ -1233,7 +1233,7 @@ struct Server::Impl {
                                  .count();
       int64_t last = last_trim_ms.load();
       if ((idle || now_ms - last >= 1000) && last_trim_ms.compare_exchange_strong(last, now_ms)) {
-        TrimHeap(uint64_t{16} << 20);
+        TrimHeap(uint64_t{4} << 20);
       }
       if (!options.log) return;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(

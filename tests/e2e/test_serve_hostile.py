@@ -26,6 +26,11 @@ def rss_peak_kib(pid):
         return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1))
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+
+
 def nested(depth, inner="1"):
     return "[" * depth + inner + "]" * depth
 
@@ -279,6 +284,52 @@ class SlowClients(unittest.TestCase):
         finally:
             for s in socks:
                 s.close()
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
+class MemoryAfterBurst(unittest.TestCase):
+    def test_rss_returns_after_a_burst_of_large_requests(self):
+        # Three 1.3 MB schema requests at once (each compiles ~100,000 rules before the limit
+        # stops it) took RSS from 23 MB to 174 MB, and it stayed there after normal requests:
+        # glibc kept the freed memory in the HTTP threads' arenas. The server trims the heap.
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
+        try:
+            normal = {"model": server.model, "max_tokens": 8, "prompt": "Once"}
+            for _ in range(5):
+                self.assertEqual(server.request("POST", "/v1/completions", normal, key=None)[0],
+                                 200)
+            before = rss_kib(server.p.pid)
+            inner = {"type": "object",
+                     "properties": {f"k{j}": {"type": "string",
+                                              "enum": [f"v{j}x{i}" for i in range(3)]}
+                                    for j in range(40)}}
+            big = {"type": "object", "properties": {f"p{i}": inner for i in range(500)}}
+            body = {"model": server.model, "max_tokens": 4, "prompt": "Once",
+                    "response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "b", "schema": big}}}
+            statuses = []
+            threads = [threading.Thread(target=lambda: statuses.append(
+                server.request("POST", "/v1/completions", body, key=None)[0])) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            self.assertEqual(len(statuses), 3)
+            peak = rss_peak_kib(server.p.pid)
+            for _ in range(3):
+                self.assertEqual(server.request("POST", "/v1/completions", normal, key=None)[0],
+                                 200)
+            after = rss_kib(server.p.pid)
+            metrics = server.request("GET", "/metrics", key=None)[2].decode()
+            reported = int(re.search(r"^pocket_process_resident_bytes (\d+)$", metrics,
+                                     re.M).group(1))
+            print(f"burst: statuses {statuses}, RSS {before // 1024} MB before, peak "
+                  f"{peak // 1024} MB, {after // 1024} MB after (/metrics: "
+                  f"{reported >> 20} MB)")
+            self.assertGreater(peak - before, 50 * 1024)  # the burst was large
+            self.assertLessEqual(after, before * 1.2)
+            self.assertLess(abs(reported // 1024 - after), 10 * 1024)
+        finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
 
