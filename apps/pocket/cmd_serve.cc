@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "base/memory.h"
 #include "base/str.h"
 #include "common.h"
 #include "serve/http_policy.h"
@@ -127,6 +128,9 @@ Command AddServeCommand(CLI::App& root) {
                 return ReportUsageError(StrCat("--kv-budget: ", bytes.status().message()));
               f->serve.kv_budget_bytes = static_cast<size_t>(*bytes);
             }
+            // A server lives long: memory a large request freed goes back to the OS (with
+            // the server's trimming when it falls idle, serve/server.cc).
+            LimitHeapRetention(uint64_t{4} << 20);
             // SIGTERM and SIGINT go to one thread (blocked here, before any thread starts).
             sigset_t signals;
             sigemptyset(&signals);

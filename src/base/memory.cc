@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -81,6 +82,16 @@ uint64_t TrimHeap(uint64_t min_free_bytes) {
 #else
   (void)min_free_bytes;
   return 0;
+#endif
+}
+
+bool LimitHeapRetention(uint64_t bytes) {
+#if defined(__GLIBC__)
+  const int b = static_cast<int>(std::min<uint64_t>(bytes, 1u << 30));
+  return mallopt(M_MMAP_THRESHOLD, b) == 1 && mallopt(M_TRIM_THRESHOLD, b) == 1;
+#else
+  (void)bytes;
+  return false;
 #endif
 }
 

@@ -29,6 +29,13 @@ std::shared_ptr<uint8_t[]> AllocateOsPages(size_t bytes);
 // (glibc: every arena, malloc_trim), so that a burst of large requests does not leave the resident
 // set at its peak. Returns the free bytes it saw (0 where the allocator does not say).
 uint64_t TrimHeap(uint64_t min_free_bytes);
+// Caps what the allocator keeps after frees, for a long-running process (pocket serve): blocks of
+// `bytes` or more are mapped on their own and unmapped when freed, and a heap's free top beyond
+// `bytes` is given back at once (glibc: fixed M_MMAP_THRESHOLD and M_TRIM_THRESHOLD instead of the
+// thresholds that grow after each large free; a thread's arena keeps its free top otherwise,
+// which malloc_trim does not release). Process-wide: for programs, not libraries. False where the
+// allocator has no such settings.
+bool LimitHeapRetention(uint64_t bytes);
 // CPU time (user + system) used by the process so far, in seconds.
 double ProcessCpuSeconds();
 

@@ -201,6 +201,8 @@ class Scheduler {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
+      // A speculative request (outside the engine) stops within a token or a prefill chunk.
+      if (speculating_ != nullptr) speculating_->Cancel();
       cv_.notify_one();
     }
     std::lock_guard<std::mutex> lock(join_mu_);
@@ -389,8 +391,17 @@ class Scheduler {
   // (the engine batches plain decoding only), its text streamed as it comes.
   void RunSpeculative(std::shared_ptr<Job> job, Session* session) {
     Running r{job, session, -1};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) session->Cancel();
+      speculating_ = session;
+    }
     StatusOr<GenerateResult> result =
         session->GenerateUnbatched(job->prepared.prompt.ids, job->prepared.options, OnText(*job));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      speculating_ = nullptr;
+    }
     if (Conclude(r, std::move(result))) {
       running_.push_back(std::move(r));
       return;
@@ -496,7 +507,8 @@ class Scheduler {
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<Session*> free_;
   bool stopping_ = false;
-  std::vector<Running> running_;  // the scheduler thread's own
+  Session* speculating_ = nullptr;  // under mu_: the session RunSpeculative generates on
+  std::vector<Running> running_;    // the scheduler thread's own
   std::thread thread_;
 };
 
@@ -545,6 +557,10 @@ struct Server::Impl {
   std::shared_ptr<const Model> model;
   ServeOptions options;
   Metrics metrics;  // before the scheduler, which writes it until it ends
+  // --spec: one drafter for the server's life, made at start with the server's pool, context
+  // and KV type (null: plain decoding); only the scheduler's thread drafts with it.
+  std::unique_ptr<Drafter> drafter;
+  bool spec_auto = false;
   std::unique_ptr<Scheduler> scheduler;
   // Before http, which serves its connections (and is stopped before it goes).
   std::unique_ptr<Connections> connections;
@@ -782,12 +798,14 @@ struct Server::Impl {
     ids.model = options.model_name;
     for (int32_t i = 0; i < api.n; ++i) {
       GenerateRequest g = api.generate;
-      if (!options.spec.empty() && options.spec != "none") {
-        g.spec = options.spec;
-        g.draft_max = options.draft_max;
-      }
+      if (drafter != nullptr) g.draft_max = options.draft_max;
       g.sampling.seed += static_cast<uint64_t>(i);
       StatusOr<PreparedRequest> prepared = PrepareRequest(*model, g);
+      // --spec: the server's one drafter (made at start), used on the scheduler's thread only.
+      if (prepared.ok() && drafter != nullptr) {
+        prepared->options.drafter = drafter.get();
+        prepared->options.spec_auto = spec_auto;
+      }
       if (!prepared.ok()) {
         return SendError(
             res, FromStatus(prepared.status(), api.tool_choice == ToolChoice::kRequired ||
@@ -812,8 +830,7 @@ struct Server::Impl {
       // Auto: a call the model opens continues constrained to the tools (not inside an output
       // constrained by response_format: that constraint decides the whole output).
       if (api.tool_choice == ToolChoice::kAuto && api.generate.constraint.empty()) {
-        GenerateRequest call = g;
-        call.spec.clear();  // the call runs on the engine
+        GenerateRequest call = g;  // the call runs on the engine, without the drafter
         call.constraint = {};
         call.constraint.json_schema = api.tool_call_schema;
         call.stop.clear();
@@ -1407,11 +1424,11 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     return InvalidArgumentError("--parallel must be 1 to 256, got ", options.parallel);
   }
   if (options.queue_limit < 0) return InvalidArgumentError("the queue limit must be >= 0");
+  GenerateRequest spec_request;
   if (!options.spec.empty() && options.spec != "none") {
-    GenerateRequest probe;
-    probe.spec = options.spec;
-    probe.draft_max = options.draft_max;
-    POCKET_RETURN_IF_ERROR(ParseSpec(probe).status());
+    spec_request.spec = options.spec;
+    spec_request.draft_max = options.draft_max;
+    POCKET_RETURN_IF_ERROR(ParseSpec(spec_request).status());
     if (options.parallel != 1) {
       return InvalidArgumentError(
           "--spec needs --parallel 1 (the engine batches plain decoding "
@@ -1442,6 +1459,14 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     sessions.push_back(std::move(s));
   }
   impl->options.n_ctx = sessions.front()->n_ctx();  // clamped to the model's
+  if (!spec_request.spec.empty()) {
+    SessionOptions dso = so;
+    dso.n_ctx = impl->options.n_ctx;
+    dso.prefix_cache = nullptr;
+    POCKET_ASSIGN_OR_RETURN(impl->drafter, MakeDrafter(spec_request, *model, dso));
+    POCKET_ASSIGN_OR_RETURN(SpecMode mode, ParseSpec(spec_request));
+    impl->spec_auto = mode.automatic;
+  }
   if (!options.session_dir.empty()) LoadSessions(options, sessions);
   impl->scheduler =
       std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
