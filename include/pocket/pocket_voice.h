@@ -3,7 +3,8 @@
  * mono 16-bit PCM in pieces of any size; every 10 ms of it advances the pipeline (WebRTC VAD,
  * pocketsphinx, the model's chat turn, segmenter, flite / espeak-ng, barge-in) and leaves 10 ms of
  * playback (sink_rate) to pull. Events arrive as JSON objects through a callback. Errors and
- * statuses as in pocket.h. A pocket_voice is used by one thread at a time. */
+ * statuses as in pocket.h. A pocket_voice is used by one thread at a time, except
+ * pocket_voice_busy and pocket_voice_stop, which any thread may call, the event callback too. */
 #ifndef POCKET_POCKET_VOICE_H_
 #define POCKET_POCKET_VOICE_H_
 
@@ -17,7 +18,9 @@ typedef struct pocket_voice pocket_voice;
 
 /* An event: a JSON object with "event" (speech_start, speech_end, asr_partial, asr_final,
  * first_token, segment, first_audio, barge_in, reply_end, stopped, error) and "t_ms". The text is
- * valid during the call only. With a real clock it may come from the pipeline's worker thread. */
+ * valid during the call only. With a real clock it may come from the pipeline's worker thread.
+ * It is called with no lock of the pipeline held, one event at a time, in order: it may call
+ * pocket_voice_busy and pocket_voice_stop (what those emit arrives after it returns). */
 typedef void (*pocket_voice_event_callback)(const char* json, void* user_data);
 
 typedef struct pocket_voice_params {
@@ -47,8 +50,13 @@ POCKET_API pocket_status pocket_voice_create(const char* model_path,
 POCKET_API pocket_status pocket_voice_push(pocket_voice* voice, const int16_t* pcm, size_t n,
                                            pocket_error* err);
 /* Playback: up to `capacity` samples (sink_rate) of what the processed frames produced, oldest
- * first (silence where the assistant said nothing); returns how many were written. */
+ * first (silence where the assistant said nothing); returns how many were written. At most
+ * POCKET_VOICE_MAX_PLAYBACK_SECONDS of playback wait to be pulled: beyond that the oldest samples
+ * are dropped (pocket_voice_playback_dropped counts them). */
+#define POCKET_VOICE_MAX_PLAYBACK_SECONDS 30
 POCKET_API size_t pocket_voice_pull(pocket_voice* voice, int16_t* out, size_t capacity);
+/* Samples dropped because playback was not pulled (see pocket_voice_pull); 0 for NULL. */
+POCKET_API uint64_t pocket_voice_playback_dropped(const pocket_voice* voice);
 /* Whether the assistant is thinking or has audio left. */
 POCKET_API bool pocket_voice_busy(const pocket_voice* voice);
 /* Stops the assistant now (generation, synthesis, audio not played): a "stop" event. */

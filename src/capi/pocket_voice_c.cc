@@ -15,7 +15,9 @@
 struct pocket_voice {
   std::unique_ptr<pocket::voice::VoicePipeline> pipeline;
   std::vector<int16_t> pending;  // capture short of a frame
-  std::deque<int16_t> playback;  // produced, not pulled yet
+  std::deque<int16_t> playback;  // produced, not pulled yet: at most max_playback samples
+  size_t max_playback = 0;       // kMaxPlaybackSeconds at the sink rate
+  uint64_t dropped = 0;          // the oldest samples dropped beyond it
   std::vector<int16_t> out;      // one frame's playback
 };
 
@@ -114,6 +116,7 @@ pocket_status pocket_voice_create(const char* model_path, const pocket_voice_par
     if (!pipeline.ok()) return Report(err, pipeline.status());
     auto voice = std::make_unique<pocket_voice>();
     voice->pipeline = std::move(*pipeline);
+    voice->max_playback = static_cast<size_t>(p.sink_rate) * POCKET_VOICE_MAX_PLAYBACK_SECONDS;
     *out_voice = voice.release();
     return Report(err, pocket::Status::Ok());
   });
@@ -138,6 +141,12 @@ pocket_status pocket_voice_push(pocket_voice* voice, const int16_t* pcm, size_t 
         return Report(err, s);
       }
       voice->playback.insert(voice->playback.end(), voice->out.begin(), voice->out.end());
+      if (voice->playback.size() > voice->max_playback) {  // the app does not pull
+        const size_t over = voice->playback.size() - voice->max_playback;
+        voice->playback.erase(voice->playback.begin(),
+                              voice->playback.begin() + static_cast<std::ptrdiff_t>(over));
+        voice->dropped += over;
+      }
     }
     voice->pending.erase(voice->pending.begin(),
                          voice->pending.begin() + static_cast<std::ptrdiff_t>(used));
@@ -152,6 +161,10 @@ size_t pocket_voice_pull(pocket_voice* voice, int16_t* out, size_t capacity) {
   voice->playback.erase(voice->playback.begin(),
                         voice->playback.begin() + static_cast<std::ptrdiff_t>(n));
   return n;
+}
+
+uint64_t pocket_voice_playback_dropped(const pocket_voice* voice) {
+  return voice != nullptr ? voice->dropped : 0;
 }
 
 bool pocket_voice_busy(const pocket_voice* voice) {

@@ -108,14 +108,43 @@ struct VoicePipeline::Impl {
         .count();
   }
 
-  std::mutex emit_mu;  // events come from the capture side and the worker
+  // Events come from the capture side and the worker, sometimes with `mu` held: they are queued
+  // and handed to the app's callback by Deliver(), called where the thread holds no lock. One
+  // thread delivers at a time, in order; a callback may call back into the pipeline (busy, stop):
+  // what that emits is queued and delivered after it returns.
+  std::mutex events_mu;
+  std::deque<std::string> events;  // under events_mu
+  bool delivering = false;         // under events_mu
 
   void Emit(json event, double t) {
     if (!options.on_event) return;
-    std::lock_guard<std::mutex> lock(emit_mu);
     json e = {{"t_ms", std::round(t * 10) / 10}};
     e.update(event);
-    options.on_event(e.dump(-1, ' ', false, json::error_handler_t::replace));
+    std::string text = e.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::lock_guard<std::mutex> lock(events_mu);
+    events.push_back(std::move(text));
+  }
+
+  void Deliver() {
+    if (!options.on_event) return;
+    {
+      std::lock_guard<std::mutex> lock(events_mu);
+      if (delivering) return;  // that thread (or this one, below us) delivers it
+      delivering = true;
+    }
+    for (;;) {
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(events_mu);
+        if (events.empty()) {
+          delivering = false;
+          return;
+        }
+        text = std::move(events.front());
+        events.pop_front();
+      }
+      options.on_event(text);
+    }
   }
 
   // ---- the worker: one unit of work (an engine step, or one segment's synthesis) ----
@@ -250,20 +279,25 @@ struct VoicePipeline::Impl {
     auto hand = [&](bool final) {
       if (final) resampler.Finish(buf);
       if (buf.empty()) return !cancel.load();
-      std::lock_guard<std::mutex> lock(mu);
-      if (cancel.load()) return false;
-      queue.insert(queue.end(), buf.begin(), buf.end());
-      reply_synthesized += static_cast<int64_t>(buf.size());
-      stats.samples_synthesized += static_cast<int64_t>(buf.size());
-      if (first_audio_pending) {
-        first_audio_pending = false;
-        const double t = Now();
-        stats.first_audio_ms.push_back(t - turn_end_ms);
-        Emit({{"event", "first_audio"}, {"turn", work.turn.index}, {"latency_ms", t - turn_end_ms}},
-             t);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (cancel.load()) return false;
+        queue.insert(queue.end(), buf.begin(), buf.end());
+        reply_synthesized += static_cast<int64_t>(buf.size());
+        stats.samples_synthesized += static_cast<int64_t>(buf.size());
+        if (first_audio_pending) {
+          first_audio_pending = false;
+          const double t = Now();
+          stats.first_audio_ms.push_back(t - turn_end_ms);
+          Emit({{"event", "first_audio"},
+                {"turn", work.turn.index},
+                {"latency_ms", t - turn_end_ms}},
+               t);
+        }
       }
       buf.clear();
-      return true;
+      Deliver();
+      return !cancel.load();
     };
     const StatusOr<SynthesisResult> r =
         tts->Synthesize(seg.text, [&](std::span<const int16_t> pcm) {
@@ -284,8 +318,10 @@ struct VoicePipeline::Impl {
         if (stopping) return;
       }
       while (Advance()) {
+        Deliver();
         if (!work.active) break;
       }
+      Deliver();
     }
   }
 
@@ -530,11 +566,14 @@ StatusOr<std::vector<int16_t>> DefaultAsrWarmUp() {
 }
 
 Status VoicePipeline::Tick(std::span<const int16_t> in, std::vector<int16_t>& out) {
-  return impl_->Tick(in, out);
+  const Status s = impl_->Tick(in, out);
+  impl_->Deliver();
+  return s;
 }
 
 void VoicePipeline::Interrupt() {
   impl_->BargeIn(-1);
+  impl_->Deliver();
 }
 
 bool VoicePipeline::busy() const {

@@ -1,7 +1,9 @@
 /* The voice C API (include/pocket/pocket_voice.h) from C: stories260K on the virtual clock, a
  * user turn pushed as PCM in pieces that are not whole frames, the reply pulled, a barge-in, the
- * app's stop, and the errors. Usage: voice_capi_test MODEL TOKENIZER SPEECH.wav (16 kHz mono
- * 16-bit, e.g. `pocket voice --fixtures`). */
+ * app's stop, a callback that calls pocket_voice_busy on every event and stops a reply at its
+ * first audio (no lock held), playback bounded when the app does not pull, and the errors. Usage:
+ * voice_capi_test MODEL TOKENIZER SPEECH.wav (16 kHz mono 16-bit, e.g. `pocket voice --fixtures`).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,8 @@ static int failures = 0;
 typedef struct Events {
   int asr_final, first_audio, barge_in, stopped, reply_end;
   char heard[512];
+  pocket_voice* voice;     /* set: the callback asks pocket_voice_busy at every event */
+  int stop_at_first_audio; /* the callback stops the reply when its audio starts */
 } Events;
 
 static void on_event(const char* json, void* user) {
@@ -29,7 +33,14 @@ static void on_event(const char* json, void* user) {
     const char* t = strstr(json, "\"text\":\"");
     if (t) snprintf(e->heard, sizeof(e->heard), "%s", t + 8);
   }
-  if (strstr(json, "\"event\":\"first_audio\"")) ++e->first_audio;
+  if (e->voice != NULL) (void)pocket_voice_busy(e->voice); /* deadlocked under the old lock */
+  if (strstr(json, "\"event\":\"first_audio\"")) {
+    ++e->first_audio;
+    if (e->stop_at_first_audio) {
+      e->stop_at_first_audio = 0;
+      pocket_voice_stop(e->voice);
+    }
+  }
   if (strstr(json, "\"event\":\"barge_in\"")) ++e->barge_in;
   if (strstr(json, "\"event\":\"stopped\"")) ++e->stopped;
   if (strstr(json, "\"event\":\"reply_end\"")) ++e->reply_end;
@@ -124,6 +135,28 @@ int main(int argc, char** argv) {
   CHECK(events.stopped == 1);
   feed(v, NULL, 1600);
   CHECK(!pocket_voice_busy(v));
+  /* The callback itself stops the next reply when its audio starts. */
+  events.voice = v;
+  events.stop_at_first_audio = 1;
+  const int first_audio = events.first_audio, stopped = events.stopped;
+  feed(v, speech, n);
+  feed(v, NULL, 16000 * 2);
+  CHECK(events.first_audio == first_audio + 1);
+  CHECK(events.stopped == stopped + 1);
+  CHECK(!pocket_voice_busy(v));
+  /* 35 s of capture with no pull: 30 s of playback wait, the oldest 5 s are dropped. */
+  CHECK(pocket_voice_playback_dropped(v) == 0);
+  static int16_t zeros[333];
+  for (size_t i = 0; i < 35 * 16000; i += 333) {
+    CHECK(pocket_voice_push(v, zeros, 333, &err) == POCKET_OK);
+  }
+  const uint64_t dropped = pocket_voice_playback_dropped(v);
+  CHECK(dropped + 160 >= 5 * 16000 && dropped <= 5 * 16000 + 480);
+  size_t waiting = 0, got;
+  static int16_t out[4096];
+  while ((got = pocket_voice_pull(v, out, 4096)) > 0) waiting += got;
+  CHECK(waiting == (size_t)POCKET_VOICE_MAX_PLAYBACK_SECONDS * 16000);
+  CHECK(pocket_voice_playback_dropped(NULL) == 0);
   pocket_voice_free(v);
 
   /* Errors: named, no crash. */
