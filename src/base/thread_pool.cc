@@ -58,7 +58,28 @@ void ThreadPool::Run(TaskRef fn) {
     fn(0);
     return;
   }
-  const std::lock_guard<std::mutex> lock(run_mutex_);
+  const uint64_t ticket = next_ticket_.fetch_add(1);
+  uint64_t now = serving_.load(std::memory_order_acquire);
+  if (now != ticket) {
+    int spins = 0;
+    while (now != ticket && spins < kSpinsBeforeYield) {
+      Relax(spins);
+      now = serving_.load(std::memory_order_acquire);
+    }
+    if (now != ticket) {
+      // seq_cst with the release below: either it sees this waiter, or this sees its turn.
+      ticket_waiters_.fetch_add(1);
+      while ((now = serving_.load()) != ticket) serving_.wait(now);
+      ticket_waiters_.fetch_sub(1);
+    }
+  }
+  struct NextTurn {
+    ThreadPool* pool;
+    ~NextTurn() {
+      pool->serving_.fetch_add(1);
+      if (pool->ticket_waiters_.load() > 0) pool->serving_.notify_all();
+    }
+  } next_turn{this};
   job_ = fn;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   // seq_cst on both sides (here and in WorkerLoop): either we see the worker's sleeping_

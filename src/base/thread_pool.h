@@ -63,7 +63,9 @@ class ThreadPool {
 
   // Runs fn(thread_index) once on every thread and returns when all are done. Allocates nothing.
   // Several threads may call it (sessions of one model share one pool): their jobs take turns,
-  // one parallel region at a time. Not from inside a job.
+  // one parallel region at a time, first come first served (a caller that runs region after
+  // region cannot starve another: pocket serve's scoring beside its decoding). Not from inside a
+  // job.
   void Run(TaskRef fn);
 
   // Splits [0, n) into n_threads() contiguous ranges; fn(begin, end, thread_index) per range
@@ -97,7 +99,11 @@ class ThreadPool {
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<int> sleeping_{0};         // workers waiting on generation_
   std::atomic<bool> stop_{false};
-  std::mutex run_mutex_;  // one job at a time when several callers share the pool
+  // One job at a time when several callers share the pool, in the order they came: a ticket
+  // each, served in turn.
+  std::atomic<uint64_t> next_ticket_{0};
+  std::atomic<uint64_t> serving_{0};
+  std::atomic<int> ticket_waiters_{0};  // callers asleep on serving_
 };
 
 }  // namespace pocket

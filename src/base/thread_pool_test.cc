@@ -96,5 +96,27 @@ TEST(ThreadPoolTest, SharedByConcurrentCallers) {
   for (int c = 0; c < kCallers; ++c) EXPECT_EQ(totals[static_cast<size_t>(c)], kRegions * kItems);
 }
 
+// Callers take turns in the order they came: one that runs region after region (a server's
+// decoding) does not starve another (its scoring), as an unfair lock let it.
+TEST(ThreadPoolTest, ConcurrentCallersTakeTurns) {
+  ThreadPool pool(2);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> greedy_runs{0};
+  std::thread greedy([&] {
+    while (!done.load()) {
+      pool.Run([](int) {});
+      greedy_runs.fetch_add(1);
+    }
+  });
+  while (greedy_runs.load() < 100) std::this_thread::yield();
+  const int64_t start = greedy_runs.load();
+  for (int i = 0; i < 200; ++i) pool.Run([](int) {});
+  const int64_t meanwhile = greedy_runs.load() - start;
+  done.store(true);
+  greedy.join();
+  // Strict turns: about one of its regions per one of ours (some slack for the start).
+  EXPECT_LE(meanwhile, 2 * 200 + 50);
+}
+
 }  // namespace
 }  // namespace pocket

@@ -76,6 +76,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> p
 // back as they are, a swapped one loaded from its file first (whatever the budget), and the swap
 // files are removed.
 Engine::~Engine() {
+  for (Session* s : parked_) s->engine_parked_ = nullptr;
   for (const auto& r : requests_) {
     r->session->engine_request_ = nullptr;
     if (!r->swapped) continue;
@@ -166,6 +167,7 @@ StatusOr<int64_t> Engine::Submit(Session* session, std::span<const int32_t> prom
   if (session->engine_request_ != nullptr) {
     return FailedPreconditionError("the session is in a request of another engine already");
   }
+  if (session->engine_parked_ != nullptr) session->engine_parked_->Unpark(session);
   if (static_cast<int32_t>(requests_.size()) >= options_.max_requests) {
     return ResourceExhaustedError("the engine holds ", requests_.size(),
                                   " requests (active or not taken), its limit");
@@ -411,6 +413,7 @@ StatusOr<int32_t> Engine::Step() {
         if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) idle = it->get();
       }
       if (idle != nullptr && SwapOut(*idle).ok()) continue;
+      if (EvictParked()) continue;
       if (!EvictPrefixEntry()) break;
     }
     stats_.peak_kv_bytes = std::max(stats_.peak_kv_bytes, ResidentBytes());
@@ -419,30 +422,63 @@ StatusOr<int32_t> Engine::Step() {
 }
 
 size_t Engine::ResidentBytes() const {
-  // The pages of the sessions in memory and of their prefix caches' entries; a page shared by
-  // several (a cached prefix) counts once.
+  // The pages of the sessions in memory (in requests or parked) and of their prefix caches'
+  // entries; a page shared by several (a cached prefix) counts once.
   size_t bytes = 0;
   shared_pages_.clear();
-  const PrefixCache* counted = nullptr;  // the usual case: one cache for all sessions
-  for (const auto& r : requests_) {
-    const PrefixCache* cache = r->session->prefix_cache_.get();
-    if (cache != nullptr && cache != counted) {
-      bool seen = false;
-      for (const auto& q : requests_) {
-        if (q.get() == r.get()) break;
-        seen = seen || q->session->prefix_cache_.get() == cache;
-      }
-      if (!seen) cache->Pages(shared_pages_);
-      counted = cache;
+  counted_caches_.clear();
+  auto count = [&](const Session& s) {
+    const PrefixCache* cache = s.prefix_cache_.get();
+    if (cache != nullptr &&
+        std::find(counted_caches_.begin(), counted_caches_.end(), cache) == counted_caches_.end()) {
+      counted_caches_.push_back(cache);
+      cache->Pages(shared_pages_);
     }
+  };
+  for (const auto& r : requests_) {
+    count(*r->session);
     if (r->swapped) continue;
     bytes += r->session->kv_.private_bytes();
     r->session->kv_.SharedPages(shared_pages_);
+  }
+  for (const Session* s : parked_) {
+    count(*s);
+    bytes += s->kv_.private_bytes();
+    s->kv_.SharedPages(shared_pages_);
   }
   std::sort(shared_pages_.begin(), shared_pages_.end());
   const auto last = std::unique(shared_pages_.begin(), shared_pages_.end());
   for (auto it = shared_pages_.begin(); it != last; ++it) bytes += it->second;
   return bytes;
+}
+
+void Engine::Park(Session* session) {
+  if (session->engine_parked_ == this) return;
+  if (session->engine_parked_ != nullptr) session->engine_parked_->Unpark(session);
+  parked_.push_back(session);
+  session->engine_parked_ = this;
+  // Within the budget again at once: the parked contexts (this one last), then cache entries.
+  if (options_.kv_budget_bytes > 0 && !stepping_) {
+    while (ResidentBytes() > options_.kv_budget_bytes) {
+      if (!EvictParked() && !EvictPrefixEntry()) break;
+    }
+  }
+}
+
+void Engine::Unpark(Session* session) {
+  const auto it = std::find(parked_.begin(), parked_.end(), session);
+  if (it != parked_.end()) parked_.erase(it);
+  if (session->engine_parked_ == this) session->engine_parked_ = nullptr;
+}
+
+bool Engine::EvictParked() {
+  if (parked_.empty()) return false;
+  Session* s = parked_.front();
+  Unpark(s);
+  s->ShareWithPrefixCache();  // a failure is the cache's loss (its stats), the context's end
+  s->Reset();
+  ++stats_.parked_evictions;
+  return true;
 }
 
 bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
@@ -463,7 +499,8 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
       Request* q = it->get();
       if (q != &r && !q->swapped && q->phase == Request::Phase::kDone) victim = q;
     }
-    if (victim == nullptr && EvictPrefixEntry()) {  // then the prefix caches' entries
+    if (victim == nullptr && (EvictParked() || EvictPrefixEntry())) {
+      // then the idle sessions' contexts, then the prefix caches' entries
       resident = ResidentBytes();
       continue;
     }
@@ -504,6 +541,10 @@ bool Engine::MakeRoom(Request& r, int32_t begin, int32_t end) {
 bool Engine::EvictPrefixEntry() {
   for (const auto& r : requests_) {
     PrefixCache* cache = r->session->prefix_cache_.get();
+    if (cache != nullptr && cache->EvictLeastRecentlyUsed()) return true;
+  }
+  for (Session* s : parked_) {
+    PrefixCache* cache = s->prefix_cache_.get();
     if (cache != nullptr && cache->EvictLeastRecentlyUsed()) return true;
   }
   return false;
@@ -586,7 +627,7 @@ void Engine::RestoreWaiting() {
       for (auto it = requests_.rbegin(); it != requests_.rend() && victim == nullptr; ++it) {
         if (!(*it)->swapped && (*it)->phase == Request::Phase::kDone) victim = it->get();
       }
-      if (victim == nullptr && EvictPrefixEntry()) continue;
+      if (victim == nullptr && (EvictParked() || EvictPrefixEntry())) continue;
       for (size_t j = requests_.size(); victim == nullptr && j > i + 1; --j) {
         Request* q = requests_[j - 1].get();
         if (!q->swapped && q->phase != Request::Phase::kDone) victim = q;
@@ -608,6 +649,7 @@ EngineStats Engine::stats() const {
   s.kv_bytes = ResidentBytes();
   s.n_swapped = 0;
   for (const auto& r : requests_) s.n_swapped += r->swapped ? 1 : 0;
+  s.n_parked = static_cast<int32_t>(parked_.size());
   return s;
 }
 

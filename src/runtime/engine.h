@@ -55,11 +55,13 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  int64_t swaps_out = 0;     // sessions saved to disk and their pages freed
-  int64_t swaps_in = 0;      // sessions restored
-  size_t kv_bytes = 0;       // KV pages held by the sessions in memory and their prefix caches
-  size_t peak_kv_bytes = 0;  // with a budget: the most held after a step, or a Take's restore
-  int32_t n_swapped = 0;     // requests whose sessions are on disk now
+  int64_t swaps_out = 0;         // sessions saved to disk and their pages freed
+  int64_t swaps_in = 0;          // sessions restored
+  size_t kv_bytes = 0;           // KV pages held by the sessions in memory and their prefix caches
+  size_t peak_kv_bytes = 0;      // with a budget: the most held after a step, or a Take's restore
+  int32_t n_swapped = 0;         // requests whose sessions are on disk now
+  int32_t n_parked = 0;          // idle sessions parked (Park) and counted now
+  int64_t parked_evictions = 0;  // parked sessions whose context went to the prefix cache
 };
 
 class Engine {
@@ -96,6 +98,16 @@ class Engine {
   // sessions back as they are (a swapped one loaded from its file).
   StatusOr<GenerateResult> Take(int64_t id);
 
+  // Idle sessions under the KV budget (pocket serve's free slots): a session that keeps its
+  // context for a later request while no request of this engine runs on it. Its pages count
+  // toward the budget; when room is needed, parked sessions go first (oldest first): the context
+  // is offered to the session's prefix cache (shared pages, no copy) and the session reset, so
+  // that a later request on any session can restore it from the cache while the cache keeps it.
+  // Submit unparks the session; so does Unpark (before the session is used outside the engine)
+  // and its destruction. Without a budget parking only counts.
+  void Park(Session* session);
+  void Unpark(Session* session);
+
   // Rows of the last step's batch, and of them decode rows (for benchmarks and tests).
   int32_t last_rows() const { return last_rows_; }
   int32_t last_decode_rows() const { return last_decode_rows_; }
@@ -130,8 +142,11 @@ class Engine {
   // saving a session to disk and back; restoring the waiting ones that fit.
   size_t ResidentBytes() const;
   bool MakeRoom(Request& r, int32_t begin, int32_t end);
-  // Evicts the least recently used entry of a prefix cache of the requests' sessions (false: none).
+  // Evicts the least recently used entry of a prefix cache of the requests' or the parked
+  // sessions (false: none).
   bool EvictPrefixEntry();
+  // Resets the oldest parked session, its context offered to its prefix cache (false: none).
+  bool EvictParked();
   Status SwapOut(Request& r);
   Status SwapIn(Request& r);
   void RestoreWaiting();
@@ -147,6 +162,9 @@ class Engine {
   EngineOptions options_;
   int64_t next_id_ = 1;
   std::vector<std::unique_ptr<Request>> requests_;  // in submission order (active and done)
+  std::vector<Session*> parked_;                    // oldest first
+  // ResidentBytes' scratch: the prefix caches counted.
+  mutable std::vector<const PrefixCache*> counted_caches_;
   // Per step (reserved once): the batch's tokens, segments, output rows, their requests, logits.
   std::vector<int32_t> tokens_;
   std::vector<BatchSegment> segments_;

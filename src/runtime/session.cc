@@ -55,6 +55,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const Model> 
 
 Session::~Session() {
   if (engine_request_ != nullptr) engine_request_->Detach(this);
+  if (engine_parked_ != nullptr) engine_parked_->Unpark(this);
 }
 
 StatusOr<std::shared_ptr<ThreadPool>> MakeThreadPool(int32_t n_threads) {

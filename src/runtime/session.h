@@ -147,6 +147,9 @@ class Session {
   // kCancelled, the others with a Cancelled error). Each of those calls clears the request when
   // it returns, so one Cancel() stops exactly one call.
   void Cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  // Forgets a Cancel() that arrived after the call it was meant for had returned (a caller that
+  // cancels from another thread and cannot tell when the call ends clears it before the next).
+  void ClearCancel() { cancel_.store(false, std::memory_order_relaxed); }
 #if POCKET_FORWARD_TRACE
   // Debug builds: every later forward pass hands its intermediates to `trace` (forward.h).
   void set_trace(ForwardTrace trace) {
@@ -297,6 +300,7 @@ class Session {
   std::unique_ptr<Engine> engine_;
   // The engine whose request holds the session (Submit to Take; the session's end detaches it).
   Engine* engine_request_ = nullptr;
+  Engine* engine_parked_ = nullptr;  // the engine that counts this idle session (Engine::Park)
 #if POCKET_FORWARD_TRACE
   ForwardTrace trace_;
 #endif

@@ -45,10 +45,7 @@ struct Job {
   std::optional<PreparedRequest> call;
   bool forced_call = false;  // required / a named function: the whole output is the call's JSON
   AdapterSet adapters;       // the adapter the request picked (empty: the base)
-  // Not a generation: work run on a free session by the scheduler thread (scoring, classifying),
-  // between engine steps.
-  std::function<Status(Session&)> task;
-  bool stream = false;  // the client reads the text as it comes (else only the result)
+  bool stream = false;       // the client reads the text as it comes (else only the result)
   std::mutex mu;
   std::condition_variable cv;
   // Streamed text the HTTP thread has not sent yet. The scheduler wakes the HTTP thread for the
@@ -176,7 +173,12 @@ class Scheduler {
         queue_limit_(queue_limit),
         log_(std::move(log)),
         metrics_(metrics) {
-    for (auto& s : sessions_) free_.push_back(s.get());
+    // Free sessions keep their contexts for later requests, counted by the engine (and under
+    // --kv-budget given to the prefix cache when room is needed: Engine::Park).
+    for (auto& s : sessions_) {
+      free_.push_back(s.get());
+      engine_->Park(s.get());
+    }
     n_ctx_ = sessions_.front()->n_ctx();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -249,13 +251,9 @@ class Scheduler {
           Release(session);
           continue;
         }
+        engine_->Unpark(session);  // used outside the engine below (Submit would unpark it)
         if (Status a = session->SetAdapters(job->adapters); !a.ok()) {
           FinishJob(*job, a);
-          Release(session);
-          continue;
-        }
-        if (job->task) {
-          FinishJob(*job, job->task(*session));
           Release(session);
           continue;
         }
@@ -488,7 +486,9 @@ class Scheduler {
                            [j](std::string_view) { return !j->cancelled.load(); });
   }
 
+  // On the scheduler's thread.
   void Release(Session* s) {
+    engine_->Park(s);
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(s);
   }
@@ -542,6 +542,115 @@ void SendError(httplib::Response& res, const ApiError& e) {
 
 }  // namespace
 
+// /v1/score and /v1/classify: on a thread and a session of their own, off the scheduler's thread
+// (whose engine steps every stream), one request at a time. The session shares the engine's
+// thread pool, which runs one parallel region at a time: scoring and decoding interleave, and a
+// long scoring prefill slows the streams instead of stopping them. A client that leaves cancels
+// its request (queued: dropped; running: stopped between prefill chunks).
+class ScoreWorker {
+ public:
+  ScoreWorker(std::unique_ptr<Session> session, int32_t queue_limit, bool release_kv)
+      : session_(std::move(session)), queue_limit_(queue_limit), release_kv_(release_kv) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ScoreWorker() { Stop(); }
+
+  const Session& session() const { return *session_; }
+  size_t kv_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kv_bytes_;
+  }
+
+  // Runs `task` on the worker's session with `adapters` and waits for it; `gone` is asked every
+  // kAlivePollInterval whether the client left (then the task is cancelled: Cancelled error).
+  Status Run(AdapterSet adapters, std::function<Status(Session&)> task,
+             const std::function<bool()>& gone) {
+    auto t = std::make_shared<Task>();
+    t->adapters = std::move(adapters);
+    t->fn = std::move(task);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return ResourceExhaustedError("the server is shutting down");
+      if (queue_.size() >= static_cast<size_t>(queue_limit_) + 1) {
+        return ResourceExhaustedError("the scoring queue is full (", queue_limit_,
+                                      " requests waiting)");
+      }
+      queue_.push_back(t);
+      cv_.notify_all();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, kAlivePollInterval, [&] { return t->finished; })) {
+      if (t->cancelled || !gone()) continue;
+      t->cancelled = true;
+      if (running_ == t.get()) session_->Cancel();  // else the worker drops it
+    }
+    return t->status;
+  }
+
+  // Cancels what runs, fails what waits, ends the thread. Any thread, any number of times.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (running_ != nullptr) session_->Cancel();
+      cv_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(join_mu_);  // CancelAll and Serve may stop it together
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Task {
+    AdapterSet adapters;
+    std::function<Status(Session&)> fn;
+    Status status;
+    bool finished = false;   // under mu_
+    bool cancelled = false;  // under mu_
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      std::shared_ptr<Task> t = std::move(queue_.front());
+      queue_.pop_front();
+      if (t->cancelled || stopping_) {
+        t->status = stopping_ ? ResourceExhaustedError("the server is shutting down")
+                              : CancelledError("the client went away");
+        t->finished = true;
+        cv_.notify_all();
+        continue;
+      }
+      running_ = t.get();
+      session_->ClearCancel();  // a late Cancel() meant for the task before
+      lock.unlock();
+      Status s = session_->SetAdapters(t->adapters);
+      if (s.ok()) s = t->fn(*session_);
+      if (release_kv_) session_->Reset();  // under --kv-budget: its pages go back at once
+      const size_t kv = session_->kv_bytes();
+      lock.lock();
+      running_ = nullptr;
+      kv_bytes_ = kv;
+      t->status = std::move(s);
+      t->finished = true;
+      cv_.notify_all();
+    }
+  }
+
+  std::unique_ptr<Session> session_;
+  const int32_t queue_limit_;
+  const bool release_kv_;
+  std::mutex mu_;
+  std::condition_variable cv_;  // a task queued or finished, or stopping
+  std::deque<std::shared_ptr<Task>> queue_;
+  Task* running_ = nullptr;
+  bool stopping_ = false;
+  size_t kv_bytes_ = 0;
+  std::mutex join_mu_;
+  std::thread thread_;
+};
+
 // cpp-httplib's task queue over the server's connection table (serve/connections.h).
 class ConnectionQueue : public httplib::TaskQueue {
  public:
@@ -562,6 +671,7 @@ struct Server::Impl {
   std::unique_ptr<Drafter> drafter;
   bool spec_auto = false;
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ScoreWorker> scorer;
   // Before http, which serves its connections (and is stopped before it goes).
   std::unique_ptr<Connections> connections;
   httplib::Server http;
@@ -667,17 +777,6 @@ struct Server::Impl {
     return limits;
   }
 
-  // Runs `task` on a free session (the scheduler's thread, between steps) and waits for it.
-  Status RunTask(AdapterSet adapters, std::function<Status(Session&)> task) {
-    auto job = std::make_shared<Job>();
-    job->adapters = std::move(adapters);
-    job->task = std::move(task);
-    POCKET_RETURN_IF_ERROR(scheduler->Enqueue({job}));
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->finished; });
-    return job->status;
-  }
-
   // /v1/score and /v1/classify.
   void Score(bool classify, const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
@@ -688,21 +787,27 @@ struct Server::Impl {
     StatusOr<PromptTokens> prompt = EncodeRequestPrompt(*model, sr.prompt);
     if (!prompt.ok()) return SendError(res, FromStatus(prompt.status()));
     const std::string_view input_param = sr.chat ? "messages" : "prompt";
-    if (prompt->ids.size() >= static_cast<size_t>(options.n_ctx)) {
+    const int32_t n_ctx = scorer->session().n_ctx();
+    if (prompt->ids.size() >= static_cast<size_t>(n_ctx)) {
       ApiError e;
       e.param = std::string(input_param);
       e.code = "context_length_exceeded";
-      e.message = StrCat("the prompt is ", prompt->ids.size(), " tokens; the context holds ",
-                         options.n_ctx, " tokens");
+      e.message = StrCat("the prompt is ", prompt->ids.size(), " tokens; the context holds ", n_ctx,
+                         " tokens");
       return SendError(res, e);
     }
+    const int fd = connections->CurrentSocket();
+    const auto client_gone = [fd] { return fd >= 0 && PeerClosed(fd); };
     json out = {{"model", options.model_name}, {"usage", {{"prompt_tokens", prompt->ids.size()}}}};
     if (classify) {
       std::vector<LabelScore> labels;
-      const Status s = RunTask(AdaptersOf(sr.adapter), [&](Session& session) -> Status {
-        POCKET_ASSIGN_OR_RETURN(labels, session.Classify(prompt->ids));
-        return Status::Ok();
-      });
+      const Status s = scorer->Run(
+          AdaptersOf(sr.adapter),
+          [&](Session& session) -> Status {
+            POCKET_ASSIGN_OR_RETURN(labels, session.Classify(prompt->ids));
+            return Status::Ok();
+          },
+          client_gone);
       if (!s.ok())
         return SendError(res,
                          FromStatus(s, s.code() == StatusCode::kFailedPrecondition ? "model" : ""));
@@ -721,10 +826,13 @@ struct Server::Impl {
           EncodeCandidates(*model, sr.prompt, *prompt, sr.candidates);
       if (!candidates.ok()) return SendError(res, FromStatus(candidates.status(), "candidates"));
       std::vector<CandidateScore> scores;
-      const Status s = RunTask(AdaptersOf(sr.adapter), [&](Session& session) -> Status {
-        POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
-        return Status::Ok();
-      });
+      const Status s = scorer->Run(
+          AdaptersOf(sr.adapter),
+          [&](Session& session) -> Status {
+            POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
+            return Status::Ok();
+          },
+          client_gone);
       if (!s.ok()) return SendError(res, FromStatus(s, "candidates"));
       json results = json::array();
       for (const CandidateScore& c : scores) {
@@ -1056,8 +1164,10 @@ struct Server::Impl {
     metric("requests_queued", "gauge", "Requests waiting for a free slot.", scheduler->queued());
     metric("requests_cancelled_total", "counter", "Requests whose client went away.",
            m.cancelled.load());
-    metric("kv_bytes", "gauge", "KV-cache bytes held by the sessions and the prefix cache.",
-           m.kv_bytes.load());
+    metric("kv_bytes", "gauge",
+           "KV-cache bytes held by the sessions (generating, idle and scoring) and the prefix "
+           "cache.",
+           m.kv_bytes.load() + static_cast<int64_t>(scorer->kv_bytes()));
     metric("prefix_cache_lookups_total", "counter", "Prefix-cache lookups.",
            m.prefix_lookups.load());
     metric("prefix_cache_hits_total", "counter", "Prefix-cache lookups that restored a prefix.",
@@ -1440,19 +1550,39 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
   impl->model = model;
   impl->options = options;
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<ThreadPool> pool, MakeThreadPool(options.n_threads));
-  EngineOptions eo;
-  eo.max_requests = options.parallel;
-  eo.max_chunk = options.n_batch;
-  eo.kv_budget_bytes = options.kv_budget_bytes;
-  eo.swap_dir = options.swap_dir;
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, pool, eo));
-  auto cache = std::make_shared<PrefixCache>();
-  std::vector<std::unique_ptr<Session>> sessions;
   SessionOptions so;
   so.n_ctx = options.n_ctx;
   so.n_batch = options.n_batch;
   so.kv_type = options.kv_type;
   so.pool = pool;
+  // Scoring's own session (ScoreWorker). Under --kv-budget its whole context is set aside from
+  // the budget (at most half of it: a longer context is cut to fit), and the engine gets the rest,
+  // so that generation, idle contexts, the prefix cache and scoring together stay within it.
+  SessionOptions score_so = so;
+  size_t engine_budget = options.kv_budget_bytes;
+  if (options.kv_budget_bytes > 0) {
+    POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> probe, Session::Create(model, so));
+    const size_t page = probe->kv_page_bytes();
+    const int64_t pages_max = static_cast<int64_t>(options.kv_budget_bytes / 2 / page);
+    if (pages_max < 1) {
+      return InvalidArgumentError("--kv-budget ", options.kv_budget_bytes,
+                                  " bytes is too small: it must hold two KV pages of ", page,
+                                  " bytes");
+    }
+    const int64_t pages =
+        std::min<int64_t>(pages_max, (probe->n_ctx() + kKvPagePositions - 1) / kKvPagePositions);
+    score_so.n_ctx =
+        static_cast<int32_t>(std::min<int64_t>(probe->n_ctx(), pages * kKvPagePositions));
+    engine_budget -= static_cast<size_t>(pages) * page;
+  }
+  EngineOptions eo;
+  eo.max_requests = options.parallel;
+  eo.max_chunk = options.n_batch;
+  eo.kv_budget_bytes = engine_budget;
+  eo.swap_dir = options.swap_dir;
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, pool, eo));
+  auto cache = std::make_shared<PrefixCache>();
+  std::vector<std::unique_ptr<Session>> sessions;
   so.prefix_cache = cache;
   for (int32_t i = 0; i < options.parallel; ++i) {
     POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(model, so));
@@ -1468,6 +1598,9 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     impl->spec_auto = mode.automatic;
   }
   if (!options.session_dir.empty()) LoadSessions(options, sessions);
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> score_session, Session::Create(model, score_so));
+  impl->scorer = std::make_unique<ScoreWorker>(std::move(score_session), options.queue_limit,
+                                               /*release_kv=*/options.kv_budget_bytes > 0);
   impl->scheduler =
       std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
                                   options.queue_limit, options.log, &impl->metrics, model);
@@ -1501,6 +1634,7 @@ Status Server::Serve() {
   }
   if (impl_->drainer.joinable()) impl_->drainer.join();
   impl_->scheduler->Stop();
+  impl_->scorer->Stop();
   if (!impl_->options.session_dir.empty()) {
     POCKET_RETURN_IF_ERROR(SaveSessions(impl_->options, impl_->scheduler->sessions()));
   }
@@ -1516,6 +1650,7 @@ void Server::Stop() {
 void Server::CancelAll() {
   Impl& m = *impl_;
   m.scheduler->Stop();  // running requests end as cancelled ("length"), queued ones with an error
+  m.scorer->Stop();
   {
     std::lock_guard<std::mutex> lock(m.drain_mu);
     m.cancel_drain = true;

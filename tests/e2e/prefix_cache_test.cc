@@ -402,5 +402,79 @@ TEST(PrefixCacheTest, EngineBudgetEvictsCacheEntriesBeforeFailing) {
   EXPECT_LE((*engine)->stats().peak_kv_bytes, eo.kv_budget_bytes);
 }
 
+// Idle sessions that keep their contexts (pocket serve's free slots) count toward the budget when
+// parked, and give way first: their contexts go to the prefix cache, from which a later request
+// restores them. Without parking the six sessions above keep six contexts outside the budget.
+TEST(PrefixCacheTest, ParkedSessionsCountTowardTheBudgetAndGiveWayFirst) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  auto session = [&]() -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_batch = 32;
+    so.pool = *pool;
+    so.prefix_cache = cache;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  const size_t page = session()->kv_page_bytes();
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  eo.kv_budget_bytes = 8 * page;
+  eo.swap_dir = std::string(POCKET_BINARY_DIR);
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  const char* names[] = {"Anna", "Ben", "Carl", "Dora", "Emma", "Fred"};
+  std::vector<std::unique_ptr<Session>> slots;
+  std::vector<std::vector<int32_t>> first_tokens;
+  for (const char* name : names) {
+    const std::vector<int32_t> prompt =
+        Encode(*model, std::string(name) + " said: " + std::string(kStory));
+    slots.push_back(session());
+    auto id = (*engine)->Submit(slots.back().get(), prompt, Greedy(20));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE((*engine)->Run().ok());
+    auto r = (*engine)->Take(*id);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    ASSERT_LE(prompt.size() + r->tokens.size(), 128u);  // two pages at most
+    first_tokens.push_back(r->tokens);
+    (*engine)->Park(slots.back().get());
+    // Every session's own pages and the cache's, counted independently of the engine.
+    size_t held = cache->stats().bytes;
+    for (const auto& s : slots) held += s->kv_bytes() - s->kv_shared_bytes();
+    // (The cache's entries count their token ids too, 4 bytes each: at most 6 x 128 here.)
+    EXPECT_LE(held, eo.kv_budget_bytes + 6 * 128 * sizeof(int32_t)) << name;
+  }
+  const EngineStats st = (*engine)->stats();
+  EXPECT_GT(st.parked_evictions, 0);
+  EXPECT_EQ(st.n_parked, 6 - st.parked_evictions);
+  // The oldest parked slots were reset, Anna's first; the latest one reset continues from the
+  // cache with the same greedy tokens as before.
+  EXPECT_EQ(slots[0]->history().size(), 0u);
+  size_t reset = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i]->history().empty()) reset = i;
+  }
+  const PrefixCacheStats before = cache->stats();
+  const std::vector<int32_t> again =
+      Encode(*model, std::string(names[reset]) + " said: " + std::string(kStory));
+  auto id = (*engine)->Submit(slots[reset].get(), again, Greedy(20));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto r = (*engine)->Take(*id);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tokens, first_tokens[reset]);
+  EXPECT_GT(cache->stats().hit_tokens, before.hit_tokens) << names[reset];
+  // A session's end unparks it; the engine's end leaves the parked sessions usable.
+  slots[1].reset();
+  EXPECT_LE((*engine)->stats().n_parked, 5);
+  engine->reset();
+  EXPECT_TRUE(slots[2]->Generate(again, Greedy(4)).ok());
+}
+
 }  // namespace
 }  // namespace pocket

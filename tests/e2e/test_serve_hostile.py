@@ -338,6 +338,75 @@ class MemoryAfterBurst(unittest.TestCase):
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
 
+class KvBudget(unittest.TestCase):
+    def test_idle_slots_and_scoring_stay_within_the_budget(self):
+        """--kv-budget bounds everything that holds KV: 8 idle slots keeping ~1,000-token contexts,
+        8 streams and /v1/score traffic stay within it (from /metrics and from RSS). On 467a3c5
+        the idle slots and scoring held their KV outside the engine's count."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        budget = 4 << 20  # this model's f16 KV is 1 KiB a position: 4,096 positions
+        server = Server("-m", model, "--parallel", "16", "-t", "2", "-c", "2048",
+                        "--kv-budget", "4M")
+
+        def kv_bytes():
+            text = server.request("GET", "/metrics", key=None)[2].decode()
+            return int(re.search(r"^pocket_kv_bytes (\d+)$", text, re.M).group(1))
+
+        def story(i, n):
+            return f"Story {i}: " + " ".join(f"w{(i * 7 + j) % 97}" for j in range(n))
+
+        try:
+            before = rss_kib(server.p.pid)
+            peak_kv, peak_rss = 0, 0
+            # 8 conversations of ~1,000 tokens each, one after another: their slots go idle.
+            for i in range(8):
+                status, _, data = server.request("POST", "/v1/completions", {
+                    "model": server.model, "prompt": story(i, 330), "max_tokens": 16,
+                    "temperature": 0})
+                self.assertEqual(status, 200, data)
+                self.assertGreater(json.loads(data)["usage"]["prompt_tokens"], 900)
+                peak_kv = max(peak_kv, kv_bytes())
+            # 8 streams and scoring at once, /metrics polled meanwhile.
+            out, done = {}, threading.Event()
+            body = {"model": server.model, "max_tokens": 300, "temperature": 0, "stream": True,
+                    "ignore_eos": True}
+            streams = [threading.Thread(target=read_stream, args=(
+                server.host, server.port, {**body, "prompt": story(100 + i, 200)}, out, i))
+                for i in range(8)]
+            scored = []
+
+            def score():
+                while not done.is_set():
+                    status, _, data = server.request("POST", "/v1/score", {
+                        "model": server.model, "prompt": story(200 + len(scored), 500),
+                        "candidates": [" w1", " w2 w3", " w4"]})
+                    scored.append(status)
+
+            scorer = threading.Thread(target=score)
+            for t in streams + [scorer]:
+                t.start()
+            while any(t.is_alive() for t in streams):
+                peak_kv = max(peak_kv, kv_bytes())
+                peak_rss = max(peak_rss, rss_kib(server.p.pid))
+                time.sleep(0.05)
+            done.set()
+            scorer.join(timeout=60)
+            peak_kv = max(peak_kv, kv_bytes())
+            print(f"kv budget {budget >> 20} MiB: peak /metrics kv_bytes {peak_kv / 2**20:.2f} MiB,"
+                  f" RSS {before // 1024} -> {peak_rss // 1024} MiB, {len(scored)} scores")
+            for i in range(8):
+                self.assertEqual(out[i].get("status"), 200, out[i])
+                self.assertEqual(out[i]["events"][-1], "[DONE]")
+            self.assertTrue(scored and all(st == 200 for st in scored), scored)
+            self.assertLessEqual(peak_kv, budget)
+            # RSS: the budget, plus what is not KV: 17 sessions' forward scratch (~1 MiB each
+            # here), connection threads, the allocator's slack (467a3c5: +58 MiB).
+            self.assertLess(peak_rss - before, budget // 1024 + 20 * 1024)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
 class MethodsIdsAndLogs(unittest.TestCase):
     def test_405_request_ids_access_log_and_no_paths(self):
         server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
