@@ -12,13 +12,14 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
 import threading
 import time
 import unittest
 
-from harness import (QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest, make_model, require,
-                     work_path)
-from test_serve import Server
+from harness import (HERE, QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest, make_model,
+                     require, work_path)
+from test_serve import NODE, OPENAI, Server
 
 
 def rss_peak_kib(pid):
@@ -407,6 +408,44 @@ class KvBudget(unittest.TestCase):
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
 
+class Overload(unittest.TestCase):
+    def test_60_streams_over_a_queue_of_4(self):
+        """60 streams at once against --parallel 4 --queue 4: each gets a whole stream ending in
+        [DONE] or a prompt 503 with Retry-After; none hangs or is cut; the server stays up."""
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        server = Server("-m", model, "--parallel", "4", "--queue", "4", "-t", "2")
+        out = {}
+        body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": 200,
+                "temperature": 0, "stream": True, "ignore_eos": True}
+        threads = [threading.Thread(target=read_stream, args=(server.host, server.port, body, out,
+                                                              i)) for i in range(60)]
+        try:
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            elapsed = time.monotonic() - t0
+            self.assertFalse(any(t.is_alive() for t in threads))
+            served = [o for o in out.values() if o.get("status") == 200]
+            refused = [o for o in out.values() if o.get("status") == 503]
+            print(f"60 streams, --parallel 4 --queue 4: {len(served)} served, {len(refused)} "
+                  f"refused with 503, {elapsed:.1f} s")
+            self.assertEqual(len(served) + len(refused), 60, [o for o in out.values()
+                                                              if o.get("status") not in (200, 503)])
+            self.assertGreaterEqual(len(served), 8)  # at least the 4 running and the 4 queued
+            for o in served:
+                self.assertEqual(o["events"][-1], "[DONE]")
+                self.assertEqual(json.loads(o["events"][-2])["choices"][0]["finish_reason"],
+                                 "length")
+            for o in refused:
+                self.assertEqual(o["retry_after"], "1")
+            self.assertEqual(server.request("GET", "/health", key=None)[0], 200)
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
+
 class MethodsIdsAndLogs(unittest.TestCase):
     def test_405_request_ids_access_log_and_no_paths(self):
         server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1")
@@ -458,7 +497,8 @@ def read_stream(host, port, body, out, key):
                      {"Content-Type": "application/json"})
         r = conn.getresponse()
         events, buf = [], b""
-        out[key] = {"status": r.status, "events": events}
+        out[key] = {"status": r.status, "events": events,
+                    "retry_after": r.getheader("Retry-After")}
         while True:
             chunk = r.read1(65536)
             if not chunk:
@@ -555,6 +595,42 @@ class Drain(unittest.TestCase):
         self.assertTrue(all(t < 1900 for t in tokens), tokens)
         self.assertLess(elapsed, 0 + 2 + 5)
 
+
+    def test_openai_client_streams_end_cleanly_through_sigterm(self):
+        # 467a3c5's parent cut the streams at SIGTERM: the client threw "TypeError: terminated".
+        require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
+        require(NODE, "run scripts/fetch_fixtures.sh")
+        require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
+        model = make_model("serve-qwen3-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        for drain_timeout, max_tokens in ((60, 1500), (0, 1900)):
+            with self.subTest(drain_timeout=drain_timeout):
+                server = Server("-m", model, "--parallel", "8", "-t", "2", "-c", "2048",
+                                "--drain-timeout", str(drain_timeout))
+                env = dict(os.environ, OPENAI_MODULE=os.path.join(OPENAI, "index.mjs"),
+                           BASE_URL=f"http://{server.host}:{server.port}/v1", MODEL=server.model,
+                           MAX_TOKENS=str(max_tokens))
+                client = subprocess.Popen([NODE, os.path.join(HERE, "serve", "openai_drain.mjs")],
+                                          env=env, stdout=subprocess.PIPE, text=True)
+                try:
+                    self.assertEqual(client.stdout.readline().strip(), "STARTED")
+                    started = time.time()
+                    server.p.send_signal(signal.SIGTERM)
+                    results = json.loads(client.stdout.readline())
+                    self.assertEqual(client.wait(timeout=60), 0)
+                    code = server.p.wait(timeout=drain_timeout + 60)
+                    elapsed = time.time() - started
+                finally:
+                    for p in (client, server.p):
+                        if p.poll() is None:
+                            p.kill()
+                server.reader.join(timeout=10)
+                print(f"openai client, --drain-timeout {drain_timeout}: "
+                      f"{[r['finish_reason'] for r in results]}, exit after {elapsed:.1f} s")
+                self.assertEqual(code, 0, "".join(server.log))
+                self.assertLess(elapsed, drain_timeout + 2 + 5)
+                for r in results:
+                    self.assertIsNone(r["error"], r)
+                    self.assertEqual(r["finish_reason"], "length", r)
 
     def test_second_sigterm_cancels_a_speculative_stream(self):
         # --spec runs a request on the scheduler's thread outside the engine: the drain and the
