@@ -137,8 +137,6 @@ Command AddServeCommand(CLI::App& root) {
             sigaddset(&signals, SIGTERM);
             sigaddset(&signals, SIGINT);
             pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-            StatusOr<std::shared_ptr<const Model>> model = LoadModel(f->model, f->engine);
-            if (!model.ok()) return ReportError(model.status());
             StatusOr<SessionOptions> so = f->engine.Session();
             if (!so.ok()) return ReportUsageError(so.status().message());
             serve::ServeOptions o = f->serve;
@@ -153,6 +151,8 @@ Command AddServeCommand(CLI::App& root) {
               std::fprintf(stderr, "pocket serve: %.*s\n", static_cast<int>(line.size()),
                            line.data());
             };
+            // --lora NAME=FILE[:SCALE]: the names are checked now, the files with the model.
+            std::vector<std::pair<std::string, std::string>> loras;
             for (const std::string& arg : f->lora) {
               const size_t eq = arg.find('=');
               if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
@@ -162,27 +162,48 @@ Command AddServeCommand(CLI::App& root) {
               if (name.find(':') != std::string::npos) {
                 return ReportUsageError(StrCat("--lora ", arg, ": the name cannot hold ':'"));
               }
-              for (const auto& [other, set] : o.adapters) {
+              for (const auto& [other, file] : loras) {
                 if (other == name)
                   return ReportUsageError(StrCat("--lora: two adapters named ", name));
               }
-              EngineFlags one;
-              one.lora.push_back(arg.substr(eq + 1));
-              StatusOr<AdapterSet> set = LoadAdapters(**model, one);
-              if (!set.ok()) return ReportError(set.status());
-              o.adapters.emplace_back(name, std::move(*set));
+              loras.emplace_back(name, arg.substr(eq + 1));
             }
-            StatusOr<std::unique_ptr<serve::Server>> server = serve::Server::Create(*model, o);
+            // The model loads while the server listens (/health: "loading"); a missing file is
+            // an error before that.
+            if (std::error_code ec; !std::filesystem::exists(f->model, ec)) {
+              return ReportError(IoError("cannot open ", f->model, ": no such file"));
+            }
+            serve::ModelLoader load = [f, loras]() -> StatusOr<serve::ServeModel> {
+              serve::ServeModel m;
+              POCKET_ASSIGN_OR_RETURN(m.model, LoadModel(f->model, f->engine));
+              for (const auto& [name, file] : loras) {
+                EngineFlags one;
+                one.lora.push_back(file);
+                POCKET_ASSIGN_OR_RETURN(AdapterSet set, LoadAdapters(*m.model, one));
+                m.adapters.emplace_back(name, std::move(set));
+              }
+              return m;
+            };
+            auto bound_port = std::make_shared<int>(0);
+            o.on_ready = [o, bound_port] {
+              std::fprintf(stderr, "pocket serve: listening on http://%s:%d (model \"%s\")\n",
+                           o.host.c_str(), *bound_port, o.model_name.c_str());
+              if (!serve::IsLoopbackHost(o.host) && o.api_key.empty()) {
+                std::fprintf(stderr,
+                             "pocket serve: warning: %s is reachable from other machines and no "
+                             "--api-key-file is set: anyone who reaches it can use the model\n",
+                             o.host.c_str());
+              }
+              std::fflush(stderr);
+            };
+            StatusOr<std::unique_ptr<serve::Server>> server = serve::Server::Create(load, o);
             if (!server.ok()) return ReportError(server.status());
             if (Status b = (*server)->Bind(); !b.ok()) return ReportError(b);
-            std::fprintf(stderr, "pocket serve: listening on http://%s:%d (model \"%s\")\n",
-                         o.host.c_str(), (*server)->port(), o.model_name.c_str());
-            if (!serve::IsLoopbackHost(o.host) && o.api_key.empty()) {
-              std::fprintf(stderr,
-                           "pocket serve: warning: %s is reachable from other machines and no "
-                           "--api-key-file is set: anyone who reaches it can use the model\n",
-                           o.host.c_str());
-            }
+            *bound_port = (*server)->port();
+            std::fprintf(stderr,
+                         "pocket serve: loading %s (http://%s:%d/health says \"loading\" "
+                         "meanwhile)\n",
+                         f->model.c_str(), o.host.c_str(), *bound_port);
             std::fflush(stderr);
             serve::Server* s = server->get();
             // The first signal stops accepting and lets the requests in flight finish; a second

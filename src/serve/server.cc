@@ -666,6 +666,13 @@ struct Server::Impl {
   std::shared_ptr<const Model> model;
   ServeOptions options;
   Metrics metrics;  // before the scheduler, which writes it until it ends
+  ModelLoader load;
+  // Set by Start on the loader thread (Serve): requests are served once ready says so; until then
+  // /health answers "loading" and everything else a 503.
+  std::atomic<bool> ready{false};
+  std::mutex start_mu;   // Start's handing over of the scheduler, against CancelAll
+  bool stopped = false;  // under start_mu: CancelAll came
+  Status Start(ServeModel loaded);
   // --spec: one drafter for the server's life, made at start with the server's pool, context
   // and KV type (null: plain decoding); only the scheduler's thread drafts with it.
   std::unique_ptr<Drafter> drafter;
@@ -1286,6 +1293,16 @@ struct Server::Impl {
                              "); retry later"),
                       "too_many_connections");
       }
+      if (!ready.load()) {
+        if (req.path == "/health") {
+          connections->RequestArrived();
+          res.status = 503;
+          res.set_header("Retry-After", "1");
+          res.set_content(R"({"status":"loading"})", "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return refuse(503, "the model is loading; retry shortly", "model_loading");
+      }
       if (draining.load() && req.path != "/metrics") {
         // Load balancers read /health's 503; clients retry elsewhere or after the restart.
         if (req.path == "/health") {
@@ -1527,15 +1544,21 @@ Server::~Server() {
 StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> model,
                                                  const ServeOptions& options) {
   if (!model) return InvalidArgumentError("no model");
-  if (model->tokenizer() == nullptr) {
-    return FailedPreconditionError("the model has no tokenizer (give one with --tokenizer)");
-  }
+  return Create(
+      [model, adapters = options.adapters]() -> StatusOr<ServeModel> {
+        return ServeModel{model, adapters};
+      },
+      options);
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Create(ModelLoader load, const ServeOptions& options) {
+  if (!load) return InvalidArgumentError("no model loader");
   if (options.parallel < 1 || options.parallel > 256) {
     return InvalidArgumentError("--parallel must be 1 to 256, got ", options.parallel);
   }
   if (options.queue_limit < 0) return InvalidArgumentError("the queue limit must be >= 0");
-  GenerateRequest spec_request;
   if (!options.spec.empty() && options.spec != "none") {
+    GenerateRequest spec_request;
     spec_request.spec = options.spec;
     spec_request.draft_max = options.draft_max;
     POCKET_RETURN_IF_ERROR(ParseSpec(spec_request).status());
@@ -1547,8 +1570,25 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     }
   }
   auto impl = std::make_unique<Impl>();
-  impl->model = model;
+  impl->load = std::move(load);
   impl->options = options;
+  impl->Routes();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+// The model's part of the server (on the loader thread while /health says "loading").
+Status Server::Impl::Start(ServeModel loaded) {
+  std::shared_ptr<const Model> model = std::move(loaded.model);
+  if (!model) return InvalidArgumentError("no model");
+  if (model->tokenizer() == nullptr) {
+    return FailedPreconditionError("the model has no tokenizer (give one with --tokenizer)");
+  }
+  options.adapters = std::move(loaded.adapters);
+  GenerateRequest spec_request;
+  if (!options.spec.empty() && options.spec != "none") {
+    spec_request.spec = options.spec;
+    spec_request.draft_max = options.draft_max;
+  }
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<ThreadPool> pool, MakeThreadPool(options.n_threads));
   SessionOptions so;
   so.n_ctx = options.n_ctx;
@@ -1588,24 +1628,26 @@ StatusOr<std::unique_ptr<Server>> Server::Create(std::shared_ptr<const Model> mo
     POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(model, so));
     sessions.push_back(std::move(s));
   }
-  impl->options.n_ctx = sessions.front()->n_ctx();  // clamped to the model's
+  options.n_ctx = sessions.front()->n_ctx();  // clamped to the model's
   if (!spec_request.spec.empty()) {
     SessionOptions dso = so;
-    dso.n_ctx = impl->options.n_ctx;
+    dso.n_ctx = options.n_ctx;
     dso.prefix_cache = nullptr;
-    POCKET_ASSIGN_OR_RETURN(impl->drafter, MakeDrafter(spec_request, *model, dso));
+    POCKET_ASSIGN_OR_RETURN(drafter, MakeDrafter(spec_request, *model, dso));
     POCKET_ASSIGN_OR_RETURN(SpecMode mode, ParseSpec(spec_request));
-    impl->spec_auto = mode.automatic;
+    spec_auto = mode.automatic;
   }
   if (!options.session_dir.empty()) LoadSessions(options, sessions);
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> score_session, Session::Create(model, score_so));
-  impl->scorer = std::make_unique<ScoreWorker>(std::move(score_session), options.queue_limit,
-                                               /*release_kv=*/options.kv_budget_bytes > 0);
-  impl->scheduler =
-      std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
-                                  options.queue_limit, options.log, &impl->metrics, model);
-  impl->Routes();
-  return std::unique_ptr<Server>(new Server(std::move(impl)));
+  this->model = model;
+  std::lock_guard<std::mutex> lock(start_mu);
+  if (stopped) return CancelledError("stopped while loading");
+  scorer = std::make_unique<ScoreWorker>(std::move(score_session), options.queue_limit,
+                                         /*release_kv=*/options.kv_budget_bytes > 0);
+  scheduler = std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
+                                          options.queue_limit, options.log, &metrics, model);
+  ready.store(true);
+  return Status::Ok();
 }
 
 Status Server::Bind() {
@@ -1628,11 +1670,31 @@ int Server::port() const {
 }
 
 Status Server::Serve() {
-  if (impl_->bound_port < 0) POCKET_RETURN_IF_ERROR(Bind());
-  if (!impl_->http.listen_after_bind()) {
-    if (impl_->http.is_running()) return InternalError("the HTTP server stopped unexpectedly");
+  Impl& m = *impl_;
+  if (m.bound_port < 0) POCKET_RETURN_IF_ERROR(Bind());
+  // The model loads while the listener answers /health with "loading"; a load that fails stops
+  // the listener and is Serve's error.
+  Status loaded;
+  std::thread loader([&m, &loaded] {
+    StatusOr<ServeModel> model = m.load();
+    loaded = model.ok() ? m.Start(std::move(*model)) : model.status();
+    if (loaded.ok()) {
+      if (m.options.on_ready) m.options.on_ready();
+      return;
+    }
+    // The listener starts beside this thread: stop it once it runs (or gave up).
+    for (int i = 0; i < 5000 && !m.http.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    m.http.stop();
+  });
+  const bool listened = m.http.listen_after_bind();
+  loader.join();
+  if (m.drainer.joinable()) m.drainer.join();
+  if (!loaded.ok()) return loaded;
+  if (!listened && m.http.is_running()) {
+    return InternalError("the HTTP server stopped unexpectedly");
   }
-  if (impl_->drainer.joinable()) impl_->drainer.join();
   impl_->scheduler->Stop();
   impl_->scorer->Stop();
   if (!impl_->options.session_dir.empty()) {
@@ -1649,8 +1711,14 @@ void Server::Stop() {
 
 void Server::CancelAll() {
   Impl& m = *impl_;
-  m.scheduler->Stop();  // running requests end as cancelled ("length"), queued ones with an error
-  m.scorer->Stop();
+  {
+    std::lock_guard<std::mutex> lock(m.start_mu);
+    m.stopped = true;  // a load still running ends there
+    if (m.scheduler)
+      m.scheduler->Stop();  // running requests end as cancelled ("length"),
+                            // queued ones with an error
+    if (m.scorer) m.scorer->Stop();
+  }
   {
     std::lock_guard<std::mutex> lock(m.drain_mu);
     m.cancel_drain = true;

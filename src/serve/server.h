@@ -63,17 +63,32 @@ struct ServeOptions {
   // One line per finished request (id, tokens, finish reason, milliseconds) and an access-log
   // line per HTTP request (request id, method, path, status, milliseconds); null: none.
   std::function<void(std::string_view line)> log;
+  // Called once the model is loaded and requests are served (from the loader thread).
+  std::function<void()> on_ready;
 };
+
+// What the server loads while /health says "loading": the model, and the adapters clients may
+// pick by name (ServeOptions::adapters when the model is given whole).
+struct ServeModel {
+  std::shared_ptr<const Model> model;
+  std::vector<std::pair<std::string, AdapterSet>> adapters;
+};
+using ModelLoader = std::function<StatusOr<ServeModel>()>;
 
 class Server {
  public:
+  // `load` runs on its own thread when Serve starts listening: meanwhile /health answers 503
+  // {"status":"loading"} and every other request a 503 with Retry-After; its error ends Serve.
+  static StatusOr<std::unique_ptr<Server>> Create(ModelLoader load, const ServeOptions& options);
+  // A model loaded already (and ServeOptions::adapters).
   static StatusOr<std::unique_ptr<Server>> Create(std::shared_ptr<const Model> model,
                                                   const ServeOptions& options);
   // Binds host:port (Unavailable naming them when it cannot).
   Status Bind();
   int port() const;
-  // Serves until Stop(): then lets the requests in flight finish, saves the sessions
-  // (ServeOptions::session_dir) and returns.
+  // Loads the model (Create's loader) and serves until Stop(): then lets the requests in flight
+  // finish, saves the sessions (ServeOptions::session_dir) and returns. A load that fails is its
+  // error.
   Status Serve();
   // Starts the drain: new requests get a 503 (/health says "draining"), the requests in flight
   // finish, streams to their last chunk, then the listener stops and Serve() returns. Returns at
