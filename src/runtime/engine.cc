@@ -39,6 +39,7 @@ struct Engine::Request {
   bool swapped = false;
   std::string swap_path;
   size_t swap_tokens = 0;
+  uint64_t swap_bytes = 0;     // the file's size
   int64_t restored_step = -1;  // the step that restored it (no victim in that step)
 };
 
@@ -569,6 +570,9 @@ Status Engine::SwapOut(Request& r) {
   const std::string path = (dir / StrCat("pocket-swap-", tag, "-", r.id, ".session")).string();
   POCKET_RETURN_IF_ERROR(s.Save(path));
   r.swap_tokens = s.history_.size();
+  std::error_code size_error;
+  const uintmax_t size = std::filesystem::file_size(path, size_error);
+  r.swap_bytes = size_error ? 0 : static_cast<uint64_t>(size);
   r.swap_path = path;
   r.swapped = true;
   s.Reset();  // a consistent, empty session while it is on disk, its pages freed
@@ -648,7 +652,10 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.kv_bytes = ResidentBytes();
   s.n_swapped = 0;
-  for (const auto& r : requests_) s.n_swapped += r->swapped ? 1 : 0;
+  for (const auto& r : requests_) {
+    s.n_swapped += r->swapped ? 1 : 0;
+    s.swapped_bytes += r->swapped ? r->swap_bytes : 0;
+  }
   s.n_parked = static_cast<int32_t>(parked_.size());
   return s;
 }

@@ -60,6 +60,7 @@ struct EngineStats {
   size_t kv_bytes = 0;           // KV pages held by the sessions in memory and their prefix caches
   size_t peak_kv_bytes = 0;      // with a budget: the most held after a step, or a Take's restore
   int32_t n_swapped = 0;         // requests whose sessions are on disk now
+  uint64_t swapped_bytes = 0;    // their files' bytes
   int32_t n_parked = 0;          // idle sessions parked (Park) and counted now
   int64_t parked_evictions = 0;  // parked sessions whose context went to the prefix cache
 };

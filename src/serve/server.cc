@@ -115,6 +115,7 @@ struct Metrics {
   std::atomic<int64_t> prefix_hit_tokens{0};
   std::atomic<int64_t> swaps_out{0};
   std::atomic<int64_t> swapped_sessions{0};
+  std::atomic<int64_t> swapped_bytes{0};
   std::atomic<int64_t> swaps_in{0};
 
   std::mutex mu;
@@ -315,6 +316,7 @@ class Scheduler {
     metrics_->swaps_out.store(es.swaps_out);
     metrics_->swaps_in.store(es.swaps_in);
     metrics_->swapped_sessions.store(es.n_swapped);
+    metrics_->swapped_bytes.store(static_cast<int64_t>(es.swapped_bytes));
     metrics_->running.store(static_cast<int32_t>(running_.size()));
   }
 
@@ -1186,6 +1188,8 @@ struct Server::Impl {
     metric("kv_swaps_in_total", "counter", "Sessions restored from disk.", m.swaps_in.load());
     metric("kv_swapped_sessions", "gauge", "Sessions saved to disk under the KV budget now.",
            m.swapped_sessions.load());
+    metric("kv_swapped_bytes", "gauge", "Bytes of the session files swapped to disk now.",
+           m.swapped_bytes.load());
     metric("process_resident_bytes", "gauge", "Resident memory of the server process.",
            ReadProcessMemory().rss_bytes);
     const ConnectionCounts cc = connections->Counts();

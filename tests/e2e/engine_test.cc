@@ -425,15 +425,20 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
   // Swapped sessions are users' conversations: 0600 files in a 0700 directory whatever the umask.
   const mode_t saved_umask = ::umask(022);
   size_t swap_files_seen = 0;
-  auto expect_private = [&] {
+  // ... and the bytes the stats report swapped are those files' (pocket serve's /metrics).
+  auto expect_private = [&](const EngineStats& st) {
     namespace fs = std::filesystem;
-    if (!fs::exists(eo.swap_dir)) return;
-    EXPECT_EQ(fs::status(eo.swap_dir).permissions(), fs::perms::owner_all);
-    for (const auto& entry : fs::directory_iterator(eo.swap_dir)) {
-      ++swap_files_seen;
-      EXPECT_EQ(entry.status().permissions(), fs::perms::owner_read | fs::perms::owner_write)
-          << entry.path();
+    uint64_t on_disk = 0;
+    if (fs::exists(eo.swap_dir)) {
+      EXPECT_EQ(fs::status(eo.swap_dir).permissions(), fs::perms::owner_all);
+      for (const auto& entry : fs::directory_iterator(eo.swap_dir)) {
+        ++swap_files_seen;
+        on_disk += entry.file_size();
+        EXPECT_EQ(entry.status().permissions(), fs::perms::owner_read | fs::perms::owner_write)
+            << entry.path();
+      }
     }
+    EXPECT_EQ(st.swapped_bytes, on_disk);
   };
   ASSERT_LT(eo.kv_budget_bytes, held);
   auto engine = Engine::Create(f.model, f.pool, eo);
@@ -453,7 +458,7 @@ TEST(EngineTest, KvBudgetSwapsSessionsAndEveryRequestCompletes) {
     auto active = e.Step();
     ASSERT_TRUE(active.ok()) << active.status().ToString();
     EXPECT_LE(e.stats().kv_bytes, eo.kv_budget_bytes);
-    expect_private();
+    expect_private(e.stats());
     if (*active == 0) break;
   }
   ::umask(saved_umask);

@@ -27,6 +27,11 @@ def rss_peak_kib(pid):
         return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1))
 
 
+# Under ASan its allocator holds freed blocks in a quarantine (up to 256 MiB): RSS says nothing
+# about what the server keeps there, so the RSS checks are the release build's.
+SANITIZED = os.environ.get("POCKET_SANITIZED") == "1"
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
@@ -289,6 +294,7 @@ class SlowClients(unittest.TestCase):
 
 
 class MemoryAfterBurst(unittest.TestCase):
+    @unittest.skipIf(SANITIZED, "RSS under ASan is its quarantine's")
     def test_rss_returns_after_a_burst_of_large_requests(self):
         # Three 1.3 MB schema requests at once (each compiles ~100,000 rules before the limit
         # stops it) took RSS from 23 MB to 174 MB, and it stayed there after normal requests:
@@ -403,7 +409,8 @@ class KvBudget(unittest.TestCase):
             self.assertLessEqual(peak_kv, budget)
             # RSS: the budget, plus what is not KV: 17 sessions' forward scratch (~1 MiB each
             # here), connection threads, the allocator's slack (467a3c5: +58 MiB).
-            self.assertLess(peak_rss - before, budget // 1024 + 20 * 1024)
+            if not SANITIZED:
+                self.assertLess(peak_rss - before, budget // 1024 + 20 * 1024)
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
