@@ -690,8 +690,22 @@ struct Server::Impl {
   HttpPolicy policy;
   // When each request in flight arrived (the access log's duration), by its Request's address:
   // cpp-httplib routes and logs a request on one thread with the same object.
+  // And its tokens, for the same line (-1: not a generation or scoring request, or not known).
+  struct Arrival {
+    std::chrono::steady_clock::time_point at;
+    int64_t prompt_tokens = -1;
+    int64_t completion_tokens = -1;
+  };
   std::mutex arrivals_mu;
-  std::unordered_map<const httplib::Request*, std::chrono::steady_clock::time_point> arrivals;
+  std::unordered_map<const httplib::Request*, Arrival> arrivals;
+
+  void NoteTokens(const httplib::Request& req, int64_t prompt, int64_t completion) {
+    std::lock_guard<std::mutex> lock(arrivals_mu);
+    auto it = arrivals.find(&req);
+    if (it == arrivals.end()) return;
+    it->second.prompt_tokens = prompt;
+    it->second.completion_tokens = completion;
+  }
   // The drain (Stop): new requests get a 503 while the requests in flight, counted from their
   // routing to their logging (after a stream's last byte), finish; then the listener stops.
   // cpp-httplib ends every stream the moment it stops, so it must not stop before they do.
@@ -808,6 +822,7 @@ struct Server::Impl {
     const int fd = connections->CurrentSocket();
     const auto client_gone = [fd] { return fd >= 0 && PeerClosed(fd); };
     json out = {{"model", options.model_name}, {"usage", {{"prompt_tokens", prompt->ids.size()}}}};
+    NoteTokens(req, static_cast<int64_t>(prompt->ids.size()), 0);
     if (classify) {
       std::vector<LabelScore> labels;
       const Status s = scorer->Run(
@@ -1011,6 +1026,7 @@ struct Server::Impl {
         if (i > 0) usage.completion_tokens += u.completion_tokens;
         usage.completion_tokens += static_cast<int32_t>(job.call_result.tokens.size());
       }
+      NoteTokens(req, usage.prompt_tokens, usage.completion_tokens);
       res.set_content(CompletionJson(endpoint, ids, choices, usage), "application/json");
       return;
     }
@@ -1029,8 +1045,8 @@ struct Server::Impl {
     auto api_shared = std::make_shared<ApiRequest>(std::move(api));
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, jobs, state, ids, endpoint, n_prompt, sched, api_shared](size_t,
-                                                                        httplib::DataSink& sink) {
+        [this, jobs, state, ids, endpoint, n_prompt, sched, api_shared, reqp = &req](
+            size_t, httplib::DataSink& sink) {
           const ApiRequest& request = *api_shared;
           auto cancel_all = [&] {
             for (auto& job : jobs) job->cancelled.store(true);
@@ -1121,6 +1137,7 @@ struct Server::Impl {
             }
             return true;
           }
+          NoteTokens(*reqp, state->usage.prompt_tokens, state->usage.completion_tokens);
           if (request.include_usage && !write(StreamUsageEvent(endpoint, ids, state->usage))) {
             return false;
           }
@@ -1264,7 +1281,7 @@ struct Server::Impl {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       {
         std::lock_guard<std::mutex> lock(arrivals_mu);
-        arrivals[&req] = std::chrono::steady_clock::now();
+        arrivals[&req] = Arrival{std::chrono::steady_clock::now()};
       }
       {
         std::lock_guard<std::mutex> lock(drain_mu);
@@ -1355,7 +1372,7 @@ struct Server::Impl {
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       connections->ResponseSent();  // cpp-httplib logs after the response's last byte
       metrics.CountResponse(req.path, res.status);
-      std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+      Arrival arrived{std::chrono::steady_clock::now()};
       bool routed = false;  // a request cpp-httplib refused before routing was never counted
       {
         std::lock_guard<std::mutex> lock(arrivals_mu);
@@ -1385,12 +1402,18 @@ struct Server::Impl {
       }
       if (!options.log) return;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - arrived)
+                          std::chrono::steady_clock::now() - arrived.at)
                           .count();
       // The path only up to its query: a query string may hold what a client meant to keep.
       const std::string path = req.path.substr(0, std::min<size_t>(req.path.find('?'), 200));
+      std::string tokens;
+      if (arrived.prompt_tokens >= 0) {
+        tokens = StrCat(" prompt ", arrived.prompt_tokens, " completion ",
+                        std::max<int64_t>(arrived.completion_tokens, 0));
+      }
       options.log(StrCat("http ", res.get_header_value("X-Request-Id"), " ",
-                         req.method.substr(0, 16), " ", path, " ", res.status, " ", ms, " ms"));
+                         req.method.substr(0, 16), " ", path, " ", res.status, " ", ms, " ms",
+                         tokens));
     });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorized(req, res)) return;

@@ -478,18 +478,23 @@ class MethodsIdsAndLogs(unittest.TestCase):
             message = json.loads(data)["error"]["message"]
             self.assertNotIn(os.path.dirname(STORIES), message)
             self.assertNotIn("stories260K.bin", message)
-            # One access-log line per request, with its id, status and a real duration.
-            body = json.dumps({"model": server.model, "max_tokens": 8, "prompt": "Once"})
-            server.request("POST", "/v1/completions", body, key=None,
+            # One access-log line per request, with its id, status, a real duration and, for a
+            # generation, its tokens (streamed or not).
+            body = {"model": server.model, "max_tokens": 8, "prompt": "Once", "ignore_eos": True}
+            server.request("POST", "/v1/completions", json.dumps(body), key=None,
                            headers={"X-Request-Id": "gen-1"})
+            server.request("POST", "/v1/completions", json.dumps({**body, "stream": True}),
+                           key=None, headers={"X-Request-Id": "gen-2"})
             deadline = time.time() + 10
-            while time.time() < deadline and not any("gen-1" in l for l in server.log):
+            while time.time() < deadline and not any("gen-2" in l for l in server.log):
                 time.sleep(0.05)
             lines = [l for l in server.log if l.startswith("pocket serve: http ")]
             self.assertTrue(any(re.search(r"http trace-42\.a GET /health 200 \d+ ms", l)
                                 for l in lines), "".join(lines))
-            self.assertTrue(any(re.search(r"http gen-1 POST /v1/completions 200 \d+ ms", l)
-                                for l in lines), "".join(lines))
+            for gen in ("gen-1", "gen-2"):
+                self.assertTrue(any(re.search(gen + r" POST /v1/completions 200 \d+ ms "
+                                              r"prompt \d+ completion 8$", l)
+                                    for l in lines), "".join(lines))
             self.assertTrue(any(" 405 " in l for l in lines), "".join(lines))
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
