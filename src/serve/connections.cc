@@ -97,9 +97,30 @@ Connections::~Connections() {
   Shutdown();
 }
 
-void Connections::SetListenPort(int port) {
+void Connections::SetListenPort(int port, int backlog) {
   std::lock_guard<std::mutex> lock(mu_);
   port_ = port;
+  // The listening socket: on the port, accepting. listen() again only changes its backlog.
+  auto listening = [port](int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || PortOf(a) != port) {
+      return false;
+    }
+    int accepting = 0;
+    len = sizeof(accepting);
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting != 0;
+  };
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (const dirent* e = readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      const int fd = std::atoi(e->d_name);
+      if (fd != dirfd(dir) && listening(fd)) (void)listen(fd, backlog);
+    }
+    closedir(dir);
+  }
 }
 
 void Connections::Enqueue(std::function<void()> serve) {

@@ -62,7 +62,9 @@ class Connections {
   Connections& operator=(const Connections&) = delete;
 
   // The port the server listens on (before the first Enqueue): accepted sockets are found by it.
-  void SetListenPort(int port);
+  // The listening socket's backlog is raised to `backlog` (cpp-httplib listens with 5: a burst of
+  // connections overflowed it and some were reset).
+  void SetListenPort(int port, int backlog = 1024);
 
   // cpp-httplib's TaskQueue, on the listening thread: `serve` serves the connection just accepted
   // and closes it.
