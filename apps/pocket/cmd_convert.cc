@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <filesystem>
 #include <map>
 #include <vector>
 
@@ -16,8 +18,8 @@
 namespace pocket::cli {
 namespace {
 
-// Ctrl-C during a conversion stops it between tensors; the temporary output is removed. (The
-// flag is the one piece of process state a signal handler may touch.)
+// Ctrl-C or SIGTERM during a conversion stops it between tensors; the temporary output is
+// removed. (The flag is the one piece of process state a signal handler may touch.)
 std::atomic<bool> g_interrupted{false};
 extern "C" void OnInterrupt(int) {
   g_interrupted.store(true);
@@ -109,6 +111,14 @@ Command AddConvertCommand(CLI::App& root) {
                "pocket convert model.pocket --lora ./review-lora -o review.pocket   # adapter "
                "package"});
   return {app, [=]() -> int {
+            // The output is a .pocket package: a name that says another format would mislead
+            // whoever opens it later (a .gguf that is not one).
+            std::string ext = std::filesystem::path(f->output).extension().string();
+            for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            if (!ext.empty() && ext != ".pocket") {
+              return ReportUsageError(StrCat("-o ", f->output, ": pocket convert writes a .pocket ",
+                                             "package, not ", ext, " (name it .pocket)"));
+            }
             if (!f->labels.empty()) f->options.classifier_labels = SplitString(f->labels, ',');
             if (Status s = CheckConvertOptions(f->options); !s.ok()) {
               return ReportUsageError(s.message());
@@ -120,12 +130,14 @@ Command AddConvertCommand(CLI::App& root) {
               progress->Update(done, total, tensor);
             };
             f->options.cancelled = [] { return g_interrupted.load(); };
-            struct sigaction action = {}, previous = {};
+            struct sigaction action = {}, previous = {}, previous_term = {};
             action.sa_handler = OnInterrupt;
             ::sigaction(SIGINT, &action, &previous);
+            ::sigaction(SIGTERM, &action, &previous_term);
             auto report = f->options.lora.empty() ? ConvertModel(f->input, f->output, f->options)
                                                   : ConvertAdapter(f->input, f->output, f->options);
             ::sigaction(SIGINT, &previous, nullptr);
+            ::sigaction(SIGTERM, &previous_term, nullptr);
             progress->Finish();
             if (report.status().code() == StatusCode::kCancelled) {
               ReportError(report.status());  // "conversion cancelled"; no output was left

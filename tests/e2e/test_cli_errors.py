@@ -4,6 +4,7 @@ expected words."""
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import unittest
@@ -137,6 +138,37 @@ class CliErrors(unittest.TestCase):
                            "0"], "top-p", code=2)
         self.expect_error(["make-model", "--preset", "huge", "-o", work_path("x.gguf")],
                           "unknown preset", code=2)
+
+    def test_convert_output_is_a_pocket_package(self):
+        # Issue 44: `convert tiny.gguf -o out.gguf` wrote a .pocket package under a .gguf name.
+        for name in ("out.gguf", "out.GGUF", "out.safetensors"):
+            out = work_path("convert-ext-" + name)
+            self.expect_error(["convert", STORIES, "--tokenizer", STORIES_TOK, "-o", out],
+                              "writes a .pocket package", code=2)
+            self.assertFalse(os.path.exists(out))
+
+    def test_sigterm_during_convert_leaves_nothing(self):
+        # Issue 44: SIGTERM left a temporary output the size of the package (SIGINT cleaned up).
+        model = make_model("sigterm-p2.gguf", preset="pocket-0.3b", type="bf16",
+                           extra=("--layers", "2"))
+        own = work_path("sigterm-convert")
+        shutil.rmtree(own, ignore_errors=True)
+        os.makedirs(own)
+        out = os.path.join(own, "out.pocket")
+        p = subprocess.Popen([POCKET, "convert", model, "-o", out, "--weights", "int8", "-t", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = ""
+        while "converting" not in err:  # the progress line: the temporary file is being written
+            c = p.stderr.read(1)
+            if not c:
+                break
+            err += c
+        p.send_signal(signal.SIGTERM)
+        err += p.stderr.read()
+        code = p.wait(timeout=120)
+        self.assertNotEqual(code, 0, err)
+        self.assertIn("cancelled", err)
+        self.assertEqual(os.listdir(own), [])
 
     def test_never_overwrites_input(self):
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
