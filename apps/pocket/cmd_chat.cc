@@ -2,9 +2,12 @@
 // Ctrl-C stops the reply being generated and the conversation goes on; Ctrl-C at the prompt
 // exits. When the history outgrows the context, the oldest turns (never the system message) are
 // dropped with a one-line notice.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -184,6 +187,20 @@ Command AddChatCommand(CLI::App& root) {
         const Tokenizer& tok = *(*model)->tokenizer();
         std::vector<ChatMessage> messages;
         if (!flags->system.empty()) messages.push_back({"system", flags->system});
+        // Where the session goes must be writable before the first turn, not found out after it.
+        if (!session_path->empty() && !FileExists(*session_path)) {
+          std::filesystem::path dir = std::filesystem::path(*session_path).parent_path();
+          if (dir.empty()) dir = ".";
+          std::error_code ec;
+          if (!std::filesystem::is_directory(dir, ec)) {
+            return ReportError(IoError("--session ", *session_path, ": the directory ",
+                                       dir.string(), " does not exist"));
+          }
+          if (::access(dir.c_str(), W_OK) != 0) {
+            return ReportError(IoError("--session ", *session_path, ": the directory ",
+                                       dir.string(), " is not writable"));
+          }
+        }
         if (!session_path->empty() && FileExists(*session_path)) {
           // The saved conversation: its messages (a --system of this run is not used) and the
           // keys and values of its tokens.
@@ -194,10 +211,24 @@ Command AddChatCommand(CLI::App& root) {
           }
           std::fprintf(stderr, "pocket: resumed %s: %zu messages, %zu tokens in the context\n",
                        session_path->c_str(), messages.size(), s.history().size());
+          // The saved conversation keeps its own system message: say so when --system differs.
+          const std::string saved_system =
+              !messages.empty() && messages[0].role == "system" ? messages[0].content : "";
+          if (!flags->system.empty() && flags->system != saved_system) {
+            std::fprintf(stderr,
+                         "pocket: warning: --system is not used: the resumed conversation keeps "
+                         "%s (start a new --session to change it)\n",
+                         saved_system.empty() ? "no system message" : "its own system message");
+          }
         }
+        // A save that fails is reported at once and makes the exit status 1.
+        bool save_failed = false;
         auto save = [&] {
           if (session_path->empty()) return;
-          if (Status st = s.Save(*session_path, MessagesJson(messages)); !st.ok()) ReportError(st);
+          if (Status st = s.Save(*session_path, MessagesJson(messages)); !st.ok()) {
+            ReportError(st);
+            save_failed = true;
+          }
         };
         const size_t n_fixed = !messages.empty() && messages[0].role == "system" ? 1 : 0;
         ChatOptions co;
@@ -261,7 +292,7 @@ Command AddChatCommand(CLI::App& root) {
           messages.push_back({"assistant", result->text});
           save();
         }
-        return 0;
+        return save_failed ? 1 : 0;
       }};
 }
 

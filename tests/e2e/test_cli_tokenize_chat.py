@@ -3,6 +3,7 @@ on a model with the real Qwen3 tokenizer, pocket chat keeping the KV cache betwe
 pocket chat --session resuming a conversation across runs."""
 import json
 import os
+import shutil
 import re
 import subprocess
 import unittest
@@ -92,6 +93,46 @@ class TokenizeAndChat(unittest.TestCase):
         self.assertEqual(bad.returncode, 1)
         self.assertIn(path, bad.stderr)
         self.assertIn("checksum", bad.stderr)
+
+    def test_chat_session_file_must_be_writable_and_system_is_not_silently_ignored(self):
+        """Issue 44: an unwritable --session chatted and printed an error after every reply, then
+        exited 0; a --system given on resume was dropped without a word."""
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        args = [POCKET, "chat", "-m", model, "-n", "4", "--temp", "0"]
+        p = subprocess.run(args + ["--session", "/nonexistent-dir/x.session"],
+                           input="hello\n/exit\n", capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("/nonexistent-dir", p.stderr)
+        self.assertEqual(p.stdout, "")  # refused before the first turn
+        path = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-system.session")
+        if os.path.exists(path):
+            os.remove(path)
+        first = subprocess.run(args + ["--system", "Be brief.", "--session", path],
+                               input="hello\n/exit\n", capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        same = subprocess.run(args + ["--system", "Be brief.", "--session", path],
+                              input="/exit\n", capture_output=True, text=True, timeout=300)
+        self.assertEqual(same.returncode, 0, same.stderr)
+        self.assertNotIn("--system is not used", same.stderr)
+        other = subprocess.run(args + ["--system", "Be verbose.", "--session", path],
+                               input="/exit\n", capture_output=True, text=True, timeout=300)
+        self.assertEqual(other.returncode, 0, other.stderr)
+        self.assertIn("--system is not used", other.stderr)
+        # A save that fails after a turn (its directory removed while the chat waits for the
+        # first line): reported, and the exit status says so.
+        own = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-save-fails")
+        shutil.rmtree(own, ignore_errors=True)
+        os.makedirs(own)
+        p = subprocess.Popen(args + ["--session", os.path.join(own, "x.session")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.assertEqual(p.stderr.read(2), "> ")  # ready for the first line
+        shutil.rmtree(own)
+        out, err = p.communicate("hello\n/exit\n", timeout=300)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertTrue(out.strip(), err)  # the reply came; only its save failed
+        self.assertIn("chat-save-fails", err)
 
     def test_run_chat_rejects_models_without_a_template(self):
         model = make_model("errors-tiny.gguf")
