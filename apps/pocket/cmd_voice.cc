@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -193,7 +194,17 @@ Command AddVoiceCommand(CLI::App& root) {
                   "silence that ends the user's turn, ms (a multiple of 10)")
       ->capture_default_str()
       ->check(CLI::Range(30, 5000));
-  app->add_option("--sink-rate", f->run.voice.sink_rate, "the playback rate, Hz")
+  app->add_option("--sink-rate", f->run.voice.sink_rate,
+                  "the playback rate, Hz (8000 to 192000, a multiple of 100)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const long rate = std::strtol(v.c_str(), nullptr, 10);
+            if (rate < 8000 || rate > 192000 || rate % 100 != 0) {
+              return "the sink rate must be 8000 to 192000 Hz, a multiple of 100, got " + v;
+            }
+            return "";
+          },
+          "RATE"))
       ->capture_default_str();
   app->add_flag("--json", f->json,
                 "one JSON object: first_audio_ms_p50/p90, barge_in_ms_p50, asr_wer, turns, ... "

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,6 +122,21 @@ StatusOr<SessionOptions> EngineFlags::Session() const {
   if (!ParseKvType(kv_type, &o.kv_type)) {
     return InvalidArgumentError("--kv-type ", QuoteBytes(kv_type), " (expected f16, f32 or q8)");
   }
+  // --lora FILE:SCALE whose SCALE is not a number (the whole is not a file, the part before the
+  // colon is): a usage error naming the scale, not "not an adapter" about a missing file.
+  for (const std::string& arg : lora) {
+    std::string path;
+    float scale = 1.0f;
+    POCKET_RETURN_IF_ERROR(ParseAdapterArg(arg, &path, &scale));
+    const size_t colon = arg.rfind(':');
+    std::error_code ec;
+    if (colon != std::string::npos && path == arg && !std::filesystem::exists(arg, ec) &&
+        std::filesystem::exists(arg.substr(0, colon), ec)) {
+      return InvalidArgumentError(
+          "--lora ", QuoteBytes(arg), ": the scale ", QuoteBytes(arg.substr(colon + 1)),
+          " is not a number (FILE:SCALE, e.g. ", arg.substr(0, colon), ":0.5)");
+    }
+  }
   if (n_ctx < 1) return InvalidArgumentError("--ctx-size must be at least 1, got ", n_ctx);
   if (n_batch < 1) return InvalidArgumentError("--batch must be at least 1, got ", n_batch);
   if (n_threads < 0 || n_threads > 256) {
@@ -188,6 +204,34 @@ std::string UnknownCommand(std::string_view name, const std::vector<Command>& co
   return message + " (commands: " + all + ")";
 }
 
+// For an option a command does not take: `unknown option "--tmp" for pocket run (did you mean
+// "--temp"?)`; empty when argv holds none (another parse error).
+std::string UnknownOption(const CLI::App& command, int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.substr(0, 2) != "--") continue;
+    const std::string name(arg.substr(
+        2, arg.find('=') == std::string_view::npos ? std::string_view::npos : arg.find('=') - 2));
+    if (command.get_option_no_throw("--" + name) != nullptr) continue;
+    std::string best;
+    size_t best_distance = 3;  // suggest only close names
+    for (const CLI::Option* o : command.get_options()) {
+      for (const std::string& n : o->get_lnames()) {
+        const size_t d = EditDistance(name, n);
+        if (d < best_distance) {
+          best = n;
+          best_distance = d;
+        }
+      }
+    }
+    std::string message = StrCat("unknown option \"--", name, "\" for pocket ", command.get_name());
+    if (!best.empty()) return StrCat(message, " (did you mean \"--", best, "\"?)");
+    return StrCat(message, " (pocket ", command.get_name(), " --help lists its options)");
+  }
+  return "";
+}
+
 }  // namespace
 
 }  // namespace pocket::cli
@@ -235,7 +279,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // Usage errors read as every other error and exit 2.
+    // Usage errors read as every other error and exit 2; an option a command does not take
+    // gets a suggestion, as a command does.
+    for (const Command& c : commands) {
+      if (!c.app->parsed()) continue;
+      if (std::string unknown = UnknownOption(*c.app, argc, argv); !unknown.empty()) {
+        return ReportUsageError(unknown);
+      }
+    }
     return ReportUsageError(std::string(e.what()) + " (see --help)");
   }
   for (const Command& c : commands) {

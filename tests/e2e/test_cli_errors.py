@@ -139,6 +139,18 @@ class CliErrors(unittest.TestCase):
         self.expect_error(["make-model", "--preset", "huge", "-o", work_path("x.gguf")],
                           "unknown preset", code=2)
 
+    def test_usage_errors_name_the_problem(self):
+        # Issue 44: a bad --lora scale said "not an adapter" (exit 1); a bad --sink-rate exited 1;
+        # a misspelt option got no suggestion (commands did).
+        self.expect_error(["run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "x",
+                           "--lora", STORIES_TOK + ":abc"], 'the scale "abc" is not a number',
+                          code=2)
+        self.expect_error(["voice", "-m", STORIES, "--sink-rate", "12345"],
+                          "a multiple of 100, got 12345", code=2)
+        self.expect_error(["run", "--tmp", "0", "-m", STORIES], 'did you mean "--temp"', code=2)
+        self.expect_error(["run", "-m", STORIES, "--qqqqqqqq"], "--help lists its options",
+                          code=2)
+
     def test_convert_output_is_a_pocket_package(self):
         # Issue 44: `convert tiny.gguf -o out.gguf` wrote a .pocket package under a .gguf name.
         for name in ("out.gguf", "out.GGUF", "out.safetensors"):
