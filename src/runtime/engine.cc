@@ -244,6 +244,7 @@ void Engine::Advance(Request& r) {
     const int32_t room = s.n_ctx() - static_cast<int32_t>(s.history_.size()) + 1;
     r.step = std::make_unique<TokenStep>(*model_, r.options, r.on_text, &r.result, &s.masked_,
                                          &s.mask_bits_, room);
+    if (!s.history_.empty()) r.step->Follow(s.history_.back());
   }
   // Generate's decode loop, one iteration.
   if (r.n_decoded >= r.options.max_tokens) return Finish(r, true);

@@ -304,6 +304,7 @@ StatusOr<GenerateResult> Session::GenerateUnbatched(std::span<const int32_t> pro
   // The last token is sampled, never evaluated: the context yields one more than its free rows.
   const int32_t room = n_ctx() - static_cast<int32_t>(history_.size()) + 1;
   TokenStep step(*model_, options, on_text, &result, &masked_, &mask_bits_, room);
+  if (!history_.empty()) step.Follow(history_.back());
   if (options.drafter != nullptr) {
     POCKET_RETURN_IF_ERROR(DecodeSpeculative(step, options, &result));
     POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));

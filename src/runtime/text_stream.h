@@ -20,6 +20,8 @@ class TextStream {
   // Appends the token's text; `piece` receives what may be shown now. Returns true when a stop
   // string appeared: `piece` then ends just before it and the stream is finished.
   bool Push(int32_t token, std::string* piece);
+  // The context's last token, before the first Push (StreamDecoder::Follow).
+  void Follow(int32_t token) { decoder_.Follow(token); }
   // What was held back (at the end of generation).
   std::string Flush();
 

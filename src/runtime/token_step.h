@@ -54,6 +54,8 @@ class TokenStep {
   // kept.
   StatusOr<bool> Accept(int32_t token);
 
+  // The context's last token, before the first token is chosen (the text continues it).
+  void Follow(int32_t token) { stream_.Follow(token); }
   // At the end: a constrained output cut by the budget is an error (ResourceExhausted); what the
   // stream held back is emitted.
   Status Finish(int32_t max_tokens);

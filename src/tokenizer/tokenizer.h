@@ -125,6 +125,10 @@ class StreamDecoder {
     pending_.clear();
     prev_id_ = -1;
   }
+  // The token the text continues (the context's last, before the first token pushed): a
+  // llama2.c generation right after BOS starts without the space SentencePiece put before its
+  // first word, as llama2.c and llama.cpp print it.
+  void Follow(int32_t prev_id) { prev_id_ = prev_id; }
 
  private:
   const Tokenizer* tokenizer_;
