@@ -49,6 +49,15 @@ class Stories260K(unittest.TestCase):
         self.assertIn("tokens/s", out.stderr)
         self.assertGreater(len(out.stdout.strip()), 10)
 
+    def test_empty_prompt_starts_without_a_space(self):
+        # Issue 44: from BOS alone the first piece ("\u2581Once") printed " Once"; llama2.c and
+        # llama.cpp drop the space SentencePiece puts before the first word after BOS.
+        for extra in ((), ("--json",)):
+            out = pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-p", "", "-n", 8,
+                         "--temp", 0, *extra).stdout
+            text = json.loads(out)["text"] if extra else out
+            self.assertTrue(text.startswith("Once"), repr(text))
+
 
 if __name__ == "__main__":
     main_unittest()
