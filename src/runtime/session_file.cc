@@ -65,9 +65,10 @@ std::string WeightsDigest(const Model& model) {
   return Hex64(crc);
 }
 
-// The adapter set as the keys and values depend on it: each adapter's path, exact scale and a
-// sample of its factors.
-std::string AdaptersKey(const AdapterSet& set) {
+// The adapter set as the keys and values depend on it: each adapter's exact scale and a sample
+// of its factors, not its path (the same file named "./a" or by an absolute path, or a copy of
+// it, computes the same). with_paths: the key older files hold (each path first).
+std::string AdaptersKey(const AdapterSet& set, bool with_paths = false) {
   std::string key;
   for (const AdapterUse& u : set) {
     uint32_t crc = 0;
@@ -82,8 +83,8 @@ std::string AdaptersKey(const AdapterSet& set) {
     }
     uint32_t scale_bits;
     std::memcpy(&scale_bits, &u.scale, 4);
-    key +=
-        StrCat(key.empty() ? "" : ";", u.adapter->path(), "@", Hex64(scale_bits), "#", Hex64(crc));
+    key += StrCat(key.empty() ? "" : ";", with_paths ? u.adapter->path() : std::string(), "@",
+                  Hex64(scale_bits), "#", Hex64(crc));
   }
   return key;
 }
@@ -247,7 +248,7 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
     return state_error("kv_type", "is ", kv_type, " but this session's cache is ",
                        KvTypeName(kv_.type()), " (open it with --kv-type ", kv_type, ")");
   }
-  if (adapters_key != AdaptersKey(adapters_)) {
+  if (adapters_key != AdaptersKey(adapters_) && adapters_key != AdaptersKey(adapters_, true)) {
     return state_error("adapters", "is \"", adapters, "\" but this session applies \"",
                        AdapterSetName(adapters_), "\": the keys and values depend on them");
   }

@@ -400,6 +400,36 @@ class Package(unittest.TestCase):
         self.assertEqual(z.stderr.count("adapters: "), 2, z.stderr)
         self.assertIn(":0.5", z.stderr.split("no-such-adapter")[-1])
 
+    def test_chat_resume_matches_adapters_by_content(self):
+        """Issue 44: a chat saved with `/lora lora-chat-r8:0.5` (a path relative to the working
+        directory) and resumed with `--lora /abs/.../lora-chat-r8:0.5` was refused, the session
+        file keyed the set by the path text. The key is each adapter's factors and scale: any
+        name for the same file resumes; another scale, or no adapter, is still refused."""
+        model = make_model("lora-chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        adapter = make_adapter("lora-chat-r8", model, "--rank", "8", "--init", "0.5", "--seed",
+                               "12")
+        session = work_path("lora-resume.session")
+        if os.path.exists(session):
+            os.remove(session)
+        here, name = os.path.split(adapter)
+
+        def chat(lines, *flags):
+            return subprocess.run([POCKET, "chat", "-m", model, "-n", "4", "--temp", "0",
+                                   "--session", session, *flags],
+                                  input="".join(l + "\n" for l in lines), capture_output=True,
+                                  text=True, timeout=300, cwd=here)
+
+        first = chat(["/lora " + name + ":0.5", "hello there"])
+        self.assertEqual(first.returncode, 0, first.stderr)
+        again = chat(["and again"], "--lora", "./" + name + ":0.5")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        absolute = chat(["once more"], "--lora", adapter + ":0.5")
+        self.assertEqual(absolute.returncode, 0, absolute.stderr)
+        for flags in (("--lora", adapter + ":0.7"), ()):
+            other = chat(["no"], *flags)
+            self.assertNotEqual(other.returncode, 0, flags)
+            self.assertIn("adapters", other.stderr)
+
     def test_bench_compares_in_pairs(self):
         """`pocket bench --lora` times every repetition bare and with the adapters back to back,
         in alternating order (the progress says which went first), and reports the median of
