@@ -189,16 +189,8 @@ Command AddChatCommand(CLI::App& root) {
         if (!flags->system.empty()) messages.push_back({"system", flags->system});
         // Where the session goes must be writable before the first turn, not found out after it.
         if (!session_path->empty() && !FileExists(*session_path)) {
-          std::filesystem::path dir = std::filesystem::path(*session_path).parent_path();
-          if (dir.empty()) dir = ".";
-          std::error_code ec;
-          if (!std::filesystem::is_directory(dir, ec)) {
-            return ReportError(IoError("--session ", *session_path, ": the directory ",
-                                       dir.string(), " does not exist"));
-          }
-          if (::access(dir.c_str(), W_OK) != 0) {
-            return ReportError(IoError("--session ", *session_path, ": the directory ",
-                                       dir.string(), " is not writable"));
+          if (Status st = CheckOutputPath("--session", *session_path); !st.ok()) {
+            return ReportError(st);
           }
         }
         if (!session_path->empty() && FileExists(*session_path)) {

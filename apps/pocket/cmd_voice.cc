@@ -238,6 +238,13 @@ Command AddVoiceCommand(CLI::App& root) {
         sigaddset(&signals, SIGTERM);
         if (!f->script.empty()) sigemptyset(&signals);
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        // Outputs written at the end are checked before the conversation, not found out after.
+        for (const auto& [flag, path] :
+             {std::pair<const char*, const std::string&>{"-o", f->run.output_wav},
+              {"--capture", f->run.capture_wav}}) {
+          if (path.empty()) continue;
+          if (Status st = CheckOutputPath(flag, path); !st.ok()) return ReportError(st);
+        }
         StatusOr<voice::Script> script = voice::Script{};
         if (!f->script.empty()) script = voice::LoadScript(f->script);
         if (!script.ok()) return ReportError(script.status());

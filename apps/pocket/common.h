@@ -80,6 +80,11 @@ Status ApplyAdapters(Session& session, const Model& model, const EngineFlags& fl
 // The set as --json reports it: [{"path", "format", "scale", "rank", "targets"}].
 nlohmann::json AdaptersJson(const AdapterSet& set);
 
+// An output a command writes at the end (a temporary file renamed into place): its directory must
+// exist and be writable, checked before the work so that a typo does not cost the whole run.
+// `flag` names the option in the message ("-o", "--session").
+Status CheckOutputPath(std::string_view flag, const std::string& path);
+
 // A positive byte count: digits with an optional K/KiB, M/MiB or G/GiB (powers of 1024).
 StatusOr<uint64_t> ParseByteCount(std::string_view text);
 StatusOr<std::shared_ptr<const Model>> LoadModel(const std::string& path, const EngineFlags& flags);

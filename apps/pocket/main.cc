@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "common.h"
 
 namespace pocket::cli {
@@ -56,6 +58,22 @@ void EngineFlags::Register(CLI::App* app) {
   app->add_flag("--no-repack", no_repack,
                 "keep GGUF Q4_0/Q4_1/Q8_0 matrices dense (float kernels, the oracle path)");
   app->add_flag("-v,--verbose", verbose, "log loading details to stderr");
+}
+
+Status CheckOutputPath(std::string_view flag, const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgumentError(flag, " ", path, ": is a directory, not a file");
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return IoError(flag, " ", path, ": the directory ", dir.string(), " does not exist");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return IoError(flag, " ", path, ": the directory ", dir.string(), " is not writable");
+  }
+  return Status::Ok();
 }
 
 StatusOr<uint64_t> ParseByteCount(std::string_view text) {

@@ -9,8 +9,8 @@ import struct
 import subprocess
 import unittest
 
-from harness import (POCKET, QWEN3_TOKENIZER, STORIES, STORIES_TOK, main_unittest, make_model,
-                     require, work_path)
+from harness import (POCKET, QWEN3_TOKENIZER, SOURCE_DIR, STORIES, STORIES_TOK, main_unittest,
+                     make_model, require, work_path)
 
 
 def run_bytes(args):
@@ -150,6 +150,17 @@ class CliErrors(unittest.TestCase):
         self.expect_error(["run", "--tmp", "0", "-m", STORIES], 'did you mean "--temp"', code=2)
         self.expect_error(["run", "-m", STORIES, "--qqqqqqqq"], "--help lists its options",
                           code=2)
+
+    def test_voice_outputs_are_checked_before_the_conversation(self):
+        # Issue 44: `voice -o /nonexistent/reply.wav` ran the whole conversation, then failed.
+        smoke = os.path.join(SOURCE_DIR, "tests", "voice", "smoke.script")
+        for flag in ("-o", "--capture"):
+            err = self.expect_error(["voice", "-m", STORIES, "--tokenizer", STORIES_TOK,
+                                     "--script", smoke, "--virtual-clock", flag,
+                                     "/nonexistent-dir/reply.wav"],
+                                    flag + " /nonexistent-dir/reply.wav",
+                                    "/nonexistent-dir does not exist")
+            self.assertNotIn("turns,", err)  # the conversation never started
 
     def test_convert_output_is_a_pocket_package(self):
         # Issue 44: `convert tiny.gguf -o out.gguf` wrote a .pocket package under a .gguf name.
