@@ -63,8 +63,9 @@ Command AddBenchCommand(CLI::App& root) {
          "speculative decoding modes, each measured against plain greedy decoding in the same run "
          "(repeatable or comma-separated): lookup (prompt lookup, n-grams of 1-3 tokens), "
          "oracle:P (benchmark-only: the model's own greedy continuation, each drafted token kept "
-         "with probability P in [0, 1], otherwise replaced), auto:lookup or auto:oracle:P "
-         "(the same with --spec auto's policy: speculate only where it pays); also measures the "
+         "with probability P in [0, 1], otherwise replaced), draft:FILE (a draft model, as "
+         "`pocket run --spec draft:FILE`), auto:lookup, auto:oracle:P or auto:draft:FILE (the "
+         "same with --spec auto's policy: speculate only where it pays); also measures the "
          "verification cost curve")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_option("--draft-max", f->draft_max,

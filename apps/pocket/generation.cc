@@ -139,6 +139,13 @@ void PrintStats(const GenerateResult& r) {
         r.n_verify_passes > 0 ? static_cast<double>(r.n_draft_accepted) / r.n_verify_passes : 0.0,
         static_cast<double>(r.draft_us) / 1000.0);
   }
+  if (r.n_guarded_steps > 0) {
+    std::fprintf(stderr,
+                 "pocket: speculative: drafting paused for %d of those steps: the draft model's "
+                 "guesses were right less than half the time (auto:draft:FILE weighs its cost "
+                 "too and tunes the length)\n",
+                 r.n_guarded_steps);
+  }
   if (r.n_masks > 0) {
     std::fprintf(stderr,
                  "pocket: constraint: %d masks, %.1f us per token (%.1f ms in all), %d tokens "

@@ -20,6 +20,7 @@
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "kernels/select.h"
+#include "runtime/draft_model.h"
 #include "runtime/session.h"
 
 namespace pocket {
@@ -207,8 +208,8 @@ StatusOr<BenchSpec> ParseBenchSpec(std::string_view mode) {
   spec.drafter = std::string(rest.substr(0, colon));
   spec.arg = colon == std::string_view::npos ? "" : std::string(rest.substr(colon + 1));
   const std::string expected =
-      "expected lookup, oracle:P with P in [0, 1], or either after auto: (auto:lookup, "
-      "auto:oracle:P)";
+      "expected lookup, oracle:P with P in [0, 1], draft:FILE, or one of them after auto: "
+      "(auto:lookup, auto:oracle:P, auto:draft:FILE)";
   if (spec.drafter == "auto" || (spec.spec_auto && spec.drafter.empty())) {
     return InvalidArgumentError("--spec ", QuoteBytes(mode),
                                 ": auto needs a drafter to speculate with (auto:lookup or "
@@ -219,6 +220,14 @@ StatusOr<BenchSpec> ParseBenchSpec(std::string_view mode) {
       return InvalidArgumentError("--spec ", QuoteBytes(mode), ": lookup takes no argument (",
                                   expected, ")");
     }
+    return spec;
+  }
+  if (spec.drafter == "draft") {
+    if (spec.arg.empty()) {
+      return InvalidArgumentError("--spec ", QuoteBytes(mode),
+                                  ": draft needs the draft model's file, as draft:FILE");
+    }
+    spec.spec_guard = !spec.spec_auto;
     return spec;
   }
   if (spec.drafter == "oracle") {
@@ -246,6 +255,22 @@ StatusOr<std::unique_ptr<Drafter>> MakeBenchDrafter(const BenchSpec& spec,
     lookup.max_ngram = 3;
     POCKET_RETURN_IF_ERROR(lookup.Validate());
     return std::unique_ptr<Drafter>(std::make_unique<PromptLookupDrafter>(lookup));
+  }
+  if (spec.drafter == "draft") {
+    auto draft = Model::Load(spec.arg, context.load);
+    if (!draft.ok()) {
+      return Status(draft.status().code(),
+                    StrCat("draft model ", spec.arg, ": ", draft.status().message()));
+    }
+    DraftModelOptions o;  // greedy drafts, as `pocket run --spec draft:FILE --temp 0`
+    o.session.n_threads = context.n_threads;
+    o.session.n_ctx = context.n_ctx;
+    auto made = DraftModelDrafter::Create(std::move(*draft), *context.model, o);
+    if (!made.ok()) {
+      return Status(made.status().code(),
+                    StrCat("draft model ", spec.arg, ": ", made.status().message()));
+    }
+    return std::unique_ptr<Drafter>(std::move(*made));
   }
   if (spec.drafter == "oracle") {
     const int32_t vocab = context.model->config().vocab_size;
@@ -317,10 +342,10 @@ int32_t ContinuationLength(const BenchConfig& config) {
 // verification cost curve, and per repetition a plain greedy Generate and one per mode, whose
 // tokens must be the plain ones.
 Status RunSpecBench(const BenchConfig& config, const std::vector<BenchSpec>& specs,
-                    int32_t verify_samples, const Model& model, Session& session,
-                    std::span<const int32_t> bench_prompt, std::vector<int32_t>* spec_prompt,
-                    std::vector<int32_t>* continuation, BenchResult* r,
-                    const std::function<void(const std::string&)>& say) {
+                    int32_t verify_samples, const Model& model, const LoadOptions& load,
+                    Session& session, std::span<const int32_t> bench_prompt,
+                    std::vector<int32_t>* spec_prompt, std::vector<int32_t>* continuation,
+                    BenchResult* r, const std::function<void(const std::string&)>& say) {
   const std::string name = StrCat(r->model, ": ", r->threads, " thread(s), ");
   if (continuation->empty()) {
     say(StrCat(r->model, ": greedy continuation of the prompt (drafts and cost curve)"));
@@ -360,6 +385,9 @@ Status RunSpecBench(const BenchConfig& config, const std::vector<BenchSpec>& spe
   context.model = &model;
   context.prompt = *spec_prompt;
   context.continuation = *continuation;
+  context.load = load;
+  context.n_threads = session.n_threads();
+  context.n_ctx = session.n_ctx();
   std::vector<std::unique_ptr<Drafter>> drafters;
   std::vector<GenerateOptions> options;
   GenerateOptions plain;
@@ -371,6 +399,7 @@ Status RunSpecBench(const BenchConfig& config, const std::vector<BenchSpec>& spe
     o.drafter = drafter.get();
     o.draft_max = config.draft_max;
     o.spec_auto = spec.spec_auto;
+    o.spec_guard = spec.spec_guard;
     options.push_back(o);
     drafters.push_back(std::move(drafter));
   }
@@ -718,8 +747,8 @@ StatusOr<std::vector<BenchResult>> RunBench(const BenchConfig& config) {
             r.constrained_decode_tokens_per_s.median / r.decode_tokens_per_s.median;
       }
       if (speculative) {
-        POCKET_RETURN_IF_ERROR(RunSpecBench(config, specs, verify_samples, *model, *session, prompt,
-                                            &spec_prompt, &continuation, &r, say));
+        POCKET_RETURN_IF_ERROR(RunSpecBench(config, specs, verify_samples, *model, lo, *session,
+                                            prompt, &spec_prompt, &continuation, &r, say));
       }
       const ProcessMemory after = ReadProcessMemory();
       r.peak_rss_increase_bytes =

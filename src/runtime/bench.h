@@ -16,6 +16,7 @@
 #include "generate/constraint.h"
 #include "generate/drafter.h"
 #include "kernels/kernel_table.h"
+#include "model/model.h"
 
 namespace pocket {
 
@@ -64,13 +65,16 @@ struct BenchConfig {
 //   lookup     prompt lookup (n-grams of 1 to 3 tokens, as `pocket run --spec lookup`)
 //   oracle:P   benchmark-only: the target's own greedy continuation, each drafted token kept with
 //              probability P in [0, 1] and otherwise replaced by another token
+//   draft:FILE a draft model with the target's vocabulary (as `pocket run --spec draft:FILE`:
+//              greedy drafts, guarded by GenerateOptions::spec_guard)
 // and the auto: prefix turns GenerateOptions::spec_auto on (speculate only where it pays).
 struct BenchSpec {
   std::string mode;  // as given
   bool spec_auto = false;
-  std::string drafter;  // "lookup", "oracle"
-  std::string arg;      // after "<drafter>:" (oracle: P)
-  double oracle_p = 1;  // oracle: the probability a drafted token is kept
+  std::string drafter;      // "lookup", "oracle", "draft"
+  std::string arg;          // after "<drafter>:" (oracle: P; draft: FILE)
+  bool spec_guard = false;  // draft:FILE without auto:
+  double oracle_p = 1;      // oracle: the probability a drafted token is kept
 };
 StatusOr<BenchSpec> ParseBenchSpec(std::string_view mode);
 
@@ -80,6 +84,10 @@ struct BenchDrafterContext {
   const Model* model = nullptr;
   std::span<const int32_t> prompt;
   std::span<const int32_t> continuation;
+  // A draft model's loading (the bench's kernels) and session (its threads and context).
+  LoadOptions load;
+  int32_t n_threads = 1;
+  int32_t n_ctx = 0;
 };
 StatusOr<std::unique_ptr<Drafter>> MakeBenchDrafter(const BenchSpec& spec,
                                                     const BenchDrafterContext& context);

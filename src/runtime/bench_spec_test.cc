@@ -123,12 +123,23 @@ TEST(BenchSpec, Parses) {
   ASSERT_TRUE(auto_lookup.ok());
   EXPECT_TRUE(auto_lookup->spec_auto);
   EXPECT_TRUE(ParseBenchSpec("oracle:1").ok());
+  // A draft model, guarded as `pocket run --spec draft:FILE`; under auto, auto's own policy.
+  auto draft = ParseBenchSpec("draft:small.gguf");
+  ASSERT_TRUE(draft.ok());
+  EXPECT_EQ(draft->drafter, "draft");
+  EXPECT_EQ(draft->arg, "small.gguf");
+  EXPECT_TRUE(draft->spec_guard);
+  EXPECT_FALSE(draft->spec_auto);
+  auto auto_draft = ParseBenchSpec("auto:draft:small.gguf");
+  ASSERT_TRUE(auto_draft.ok());
+  EXPECT_TRUE(auto_draft->spec_auto);
+  EXPECT_FALSE(auto_draft->spec_guard);
 }
 
 TEST(BenchSpec, RejectsBadModesNamingThem) {
   for (const char* bad :
        {"", "auto", "auto:", "oracle", "oracle:", "oracle:1.5", "oracle:-0.1", "oracle:nan",
-        "oracle:0.5x", "lookup:3", "dflash", "draft:x.gguf", "auto:auto:lookup"}) {
+        "oracle:0.5x", "lookup:3", "dflash", "draft:", "auto:draft:", "auto:auto:lookup"}) {
     auto parsed = ParseBenchSpec(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << bad;

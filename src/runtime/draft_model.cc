@@ -15,7 +15,21 @@ Status CheckSameVocabulary(const Model& target, const Model& draft) {
   }
   const Tokenizer* a = target.tokenizer();
   const Tokenizer* b = draft.tokenizer();
-  if (a == nullptr || b == nullptr) return Status::Ok();
+  // Models without tokenizers (token ids in, token ids out) can only compare sizes; with one on
+  // one side only, the tables cannot be compared, and another vocabulary of the same size would
+  // draft nonsense the target rejects at every token.
+  if (a == nullptr && b == nullptr) return Status::Ok();
+  if (b == nullptr) {
+    return InvalidArgumentError(
+        "the draft model has no tokenizer, so its vocabulary cannot be compared with the "
+        "target's token by token (convert it with the target's: pocket convert DRAFT --tokenizer "
+        "tokenizer.json -o draft.pocket)");
+  }
+  if (a == nullptr) {
+    return InvalidArgumentError(
+        "the target has no tokenizer but the draft model has one: the vocabularies cannot be "
+        "compared (load the target with --tokenizer)");
+  }
   const int32_t n = std::min(a->vocab_size(), b->vocab_size());
   for (int32_t id = 0; id < n; ++id) {
     if (a->TokenBytes(id) != b->TokenBytes(id)) {
@@ -23,6 +37,12 @@ Status CheckSameVocabulary(const Model& target, const Model& draft) {
           "the draft model's vocabulary differs from the target's at token ", id, ": ",
           QuoteBytes(b->TokenBytes(id)), " in the draft, ", QuoteBytes(a->TokenBytes(id)),
           " in the target");
+    }
+    if (a->IsSpecial(id) != b->IsSpecial(id)) {
+      return InvalidArgumentError(
+          "the draft model's vocabulary differs from the target's at token ", id, " (",
+          QuoteBytes(a->TokenBytes(id)), "): a special token in ",
+          a->IsSpecial(id) ? "the target" : "the draft", ", text in the other");
     }
   }
   if (a->vocab_size() != b->vocab_size()) {

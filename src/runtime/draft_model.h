@@ -20,7 +20,8 @@
 namespace pocket {
 
 // The draft model must speak the target's vocabulary: the same size and, token by token, the same
-// strings (else an error naming the first difference). Models without a tokenizer compare sizes.
+// strings and the same special tokens (else an error naming the first difference). Both need a
+// tokenizer, or neither (synthetic models read and write token ids: sizes only).
 Status CheckSameVocabulary(const Model& target, const Model& draft);
 
 struct DraftModelOptions {

@@ -48,6 +48,11 @@ struct GenerateOptions {
   // pays (else decode plainly, still checking the drafter's guesses against what is decoded), and
   // adapt the draft length to the acceptance. Off: verify every draft of at least draft_min tokens.
   bool spec_auto = false;
+  // Fixed drafts (not auto) from a drafter that costs time (a draft model): no verification while
+  // the drafter's guesses are mostly wrong (SpecPolicy's guard: by counts, not timings); they are
+  // still checked against what is decoded now and then, so verification resumes when they start
+  // agreeing. MakeGenerateOptions sets it for draft:FILE.
+  bool spec_guard = false;
   // Record every verification step in GenerateResult::spec_steps (allocates per step).
   bool record_spec_steps = false;
   // Benchmarks (llama.cpp's --ignore-eos): a stop token is kept like any other token, so exactly
@@ -99,6 +104,7 @@ struct GenerateResult {
   int32_t n_drafted = 0;
   int32_t n_draft_accepted = 0;
   int32_t n_plain_steps = 0;         // decode steps taken without a draft (auto, short drafts)
+  int32_t n_guarded_steps = 0;       // of them, steps the guard took (GenerateOptions::spec_guard)
   int64_t draft_us = 0;              // time in the drafter (part of decode_us)
   std::vector<SpecStep> spec_steps;  // with GenerateOptions::record_spec_steps
   // With GenerateOptions::logprobs >= 0: one entry per chosen token, in order (a final stop token

@@ -222,7 +222,10 @@ GenerateOptions MakeGenerateOptions(const GenerateRequest& request) {
   o.draft_max = request.draft_max;
   o.draft_min = request.draft_min;
   o.record_spec_steps = request.record_spec_steps;
-  if (auto mode = ParseSpec(request); mode.ok()) o.spec_auto = mode->automatic;
+  if (auto mode = ParseSpec(request); mode.ok()) {
+    o.spec_auto = mode->automatic;
+    o.spec_guard = mode->guarded();
+  }
   o.max_tokens = request.max_tokens;
   o.stop_strings = request.stop;
   return o;

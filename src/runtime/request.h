@@ -133,6 +133,8 @@ struct SpecMode {
   // Plain "auto": the block drafter of the model's package when it holds one, else lookup.
   bool packaged_or_lookup = false;
   std::string path;  // draft:FILE, dflash:DIR
+  // GenerateOptions::spec_guard: a draft model at a fixed length (auto: has its own policy).
+  bool guarded() const { return kind == Kind::kDraftModel && !automatic; }
 };
 // Parses and checks `request.spec` and the draft sizes: InvalidArgument naming the bad part.
 StatusOr<SpecMode> ParseSpec(const GenerateRequest& request);

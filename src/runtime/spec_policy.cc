@@ -20,10 +20,21 @@ constexpr double kShadowShare = 0.02;
 constexpr double kMinObservations = 4;
 }  // namespace
 
-SpecPolicy::SpecPolicy(int32_t draft_max, int32_t draft_min, bool adaptive)
+SpecPolicy::SpecPolicy(int32_t draft_max, int32_t draft_min, bool adaptive, bool guarded)
     : draft_max_(std::max(draft_max, 1)),
       draft_min_(std::clamp(draft_min, 1, std::max(draft_max, 1))),
-      adaptive_(adaptive) {}
+      adaptive_(adaptive),
+      guarded_(guarded && !adaptive) {}
+
+bool SpecPolicy::paused() const {
+  if (!guarded_) return false;
+  // Learn first, as auto does (shadow drafts): at 0% acceptance no pass is wasted finding out.
+  return observations_ < kMinObservations || accept_ < kGuardMinAcceptance;
+}
+
+bool SpecPolicy::rarely_right() const {
+  return guarded_ && observations_ >= kMinObservations && accept_ < kGuardMinAcceptance;
+}
 
 double SpecPolicy::Gain(int32_t k) const {
   if (k <= 0) return 1.0;
@@ -35,7 +46,7 @@ double SpecPolicy::Gain(int32_t k) const {
 }
 
 int32_t SpecPolicy::DraftLength() const {
-  if (!adaptive_) return draft_max_;
+  if (!adaptive_) return paused() ? 0 : draft_max_;
   // The plain step is the unit everything is measured in: time two of them first (the first
   // after the prompt runs on cold caches).
   if (n_plain_ < 2 || observations_ < kMinObservations) return 0;
@@ -52,11 +63,18 @@ int32_t SpecPolicy::DraftLength() const {
 }
 
 bool SpecPolicy::ShadowDraft() const {
+  if (guarded_) return observations_ < kMinObservations || since_shadow_ + 1 >= kGuardShadowEvery;
   if (!adaptive_) return false;
   // The first observations at any cost: without them the policy cannot decide.
   if (n_drafts_ == 0 || plain_us_ <= 0 || observations_ < kMinObservations) return true;
   const double every = draft_us_ / (kShadowShare * plain_us_);
   return static_cast<double>(since_shadow_ + 1) >= every;
+}
+
+int32_t SpecPolicy::ShadowLength(int32_t cap) const {
+  const double a = std::clamp(accept_, 0.0, 0.999);
+  const double n = 1.0 + std::round(2.0 * a / (1.0 - a));
+  return std::clamp(static_cast<int32_t>(std::min(n, 1e6)), 1, std::max(cap, 1));
 }
 
 void SpecPolicy::Observe(double successes, double failures) {

@@ -22,13 +22,29 @@ namespace pocket {
 class SpecPolicy {
  public:
   // draft_max: the longest draft; draft_min: shorter drafts are not verified; adaptive: choose
-  // the length and whether to speculate (auto), else always draft_max.
-  SpecPolicy(int32_t draft_max, int32_t draft_min, bool adaptive);
+  // the length and whether to speculate (auto), else always draft_max. guarded (fixed length
+  // only): no verification while the drafter's guesses are mostly wrong (running acceptance
+  // below kGuardMinAcceptance); a shadow draft every kGuardShadowEvery plain steps goes on
+  // measuring, so verification resumes when the drafter starts agreeing. The guard counts tokens,
+  // never time, so a seed still reproduces a sampled draft model's text exactly.
+  SpecPolicy(int32_t draft_max, int32_t draft_min, bool adaptive, bool guarded = false);
+  static constexpr double kGuardMinAcceptance = 0.5;
+  static constexpr int32_t kGuardShadowEvery = 16;
+
+  // Whether the guard holds verification back (DraftLength 0 for a guarded fixed policy): while
+  // it learns the acceptance (the first tokens), or because the drafter is mostly wrong.
+  bool paused() const;
+  // The latter only: the guard measured the drafter and found it mostly wrong.
+  bool rarely_right() const;
 
   // The draft length to ask for now (0: decode plainly, no verification this step).
   int32_t DraftLength() const;
   // Whether to draft this plain step anyway, to check the guess against what is decoded.
   bool ShadowDraft() const;
+  // How many tokens such a shadow draft asks for (at most cap): about twice the run of right
+  // guesses the acceptance predicts, plus one, so a drafter that is never right costs one drafted
+  // token per check and a good one is measured over whole drafts.
+  int32_t ShadowLength(int32_t cap) const;
 
   // Measurements.
   void OnPlainStep(double us);
@@ -54,6 +70,7 @@ class SpecPolicy {
   int32_t draft_max_;
   int32_t draft_min_;
   bool adaptive_;
+  bool guarded_;
   // Exponentially weighted sums (decay per observation).
   double successes_ = 0.5, failures_ = 0.5;  // a weak prior of a = 0.5
   double observations_ = 0;                  // acceptance observations so far

@@ -119,7 +119,7 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
   shadow.clear();
   size_t shadow_pos = 0;  // the history slot of shadow[0]
   int32_t shadow_matched = 0;
-  SpecPolicy policy(draft_max, draft_min, options.spec_auto);
+  SpecPolicy policy(draft_max, draft_min, options.spec_auto, options.spec_guard);
   // Draft trees: deterministic branching drafters without hidden states (the tree's rows are
   // verified in one pass, each branch continuing its ancestors' slots: model/forward.h).
   const bool tree_mode = drafter.branching() && !sampled && observer == nullptr;
@@ -189,12 +189,13 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
         static_cast<int32_t>(std::min<size_t>(n_ctx - base - 1, static_cast<size_t>(draft_max)));
     const int32_t k_cap = std::min(room, options.max_tokens - emitted - 1);
     const int32_t k = std::min(policy.DraftLength(), k_cap);
+    const bool guarded_step = k_cap > 0 && policy.rarely_right();
     draft.clear();
     const bool verify_wanted = k >= draft_min;
     if (verify_wanted || (k_cap > 0 && shadow.empty() && policy.ShadowDraft())) {
       spec_context_.assign(history_.begin(), history_.end());
       spec_context_.push_back(pending);
-      const int32_t ask = verify_wanted ? k : k_cap;
+      const int32_t ask = verify_wanted ? k : policy.ShadowLength(k_cap);
       const Stopwatch draft_watch;
       tree.clear();
       if (verify_wanted && tree_mode) {
@@ -323,6 +324,7 @@ Status Session::DecodeSpeculative(TokenStep& step, const GenerateOptions& option
       POCKET_RETURN_IF_ERROR(s);
       policy.OnPlainStep(static_cast<double>(watch.elapsed_us()));
       ++result->n_plain_steps;
+      if (guarded_step) ++result->n_guarded_steps;
       POCKET_ASSIGN_OR_RETURN(pending, choose(logits_, history_.size()));
       continue;
     }

@@ -679,6 +679,7 @@ struct Server::Impl {
   // and KV type (null: plain decoding); only the scheduler's thread drafts with it.
   std::unique_ptr<Drafter> drafter;
   bool spec_auto = false;
+  bool spec_guard = false;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ScoreWorker> scorer;
   // Before http, which serves its connections (and is stopped before it goes).
@@ -937,6 +938,7 @@ struct Server::Impl {
       if (prepared.ok() && drafter != nullptr) {
         prepared->options.drafter = drafter.get();
         prepared->options.spec_auto = spec_auto;
+        prepared->options.spec_guard = spec_guard;
       }
       if (!prepared.ok()) {
         return SendError(
@@ -1663,6 +1665,7 @@ Status Server::Impl::Start(ServeModel loaded) {
     POCKET_ASSIGN_OR_RETURN(drafter, MakeDrafter(spec_request, *model, dso));
     POCKET_ASSIGN_OR_RETURN(SpecMode mode, ParseSpec(spec_request));
     spec_auto = mode.automatic;
+    spec_guard = mode.guarded();
   }
   if (!options.session_dir.empty()) LoadSessions(options, sessions);
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> score_session, Session::Create(model, score_so));

@@ -132,6 +132,26 @@ class BenchSpec(unittest.TestCase):
         self.assertEqual(rows[1]["accepted_draft_tokens"], rows[1]["drafted_tokens"])
         self.assertGreater(rows[1]["tokens_per_pass"], 2)
 
+    def test_draft_models(self):
+        # Issue 44: `--spec draft:FILE` was refused; it is measured as `pocket run` runs it
+        # (guarded), and under auto:. The model drafting for itself is always right; a random
+        # one-layer model almost never.
+        other = make_model("bench-tiny-draft.gguf", seed=2, extra=("--layers", "1"))
+        modes = [f"draft:{self.model}", f"draft:{other}", f"auto:draft:{other}"]
+        rows = json_lines(self.bench(self.model, "--spec", modes[0], "--spec", modes[1],
+                                     "--spec", modes[2], "--json").stdout)
+        self.assertEqual([r["spec"] for r in rows], modes)
+        self.assertGreater(rows[0]["drafted_tokens"], 0)
+        self.assertEqual(rows[0]["accepted_draft_tokens"], rows[0]["drafted_tokens"])
+        self.assertGreater(rows[0]["tokens_per_pass"], 2)
+        for r in rows[1:]:
+            self.assertLess(r["tokens_per_pass"], 1.5, r)
+            self.assertGreater(r["plain_steps"], N_GEN // 2, r)
+        p = pocket("bench", "-m", self.model, "--no-ceilings", "-n", 4, "--spec",
+                   "draft:/nonexistent/d.gguf", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("/nonexistent/d.gguf", p.stderr)
+
     def test_bad_input_names_the_option_and_value(self):
         for args, words in [
             (["--spec", "oracle:1.5"], ["--spec", "oracle:1.5", "[0, 1]"]),
@@ -142,6 +162,7 @@ class BenchSpec(unittest.TestCase):
             (["--spec", "lookup,bogus"], ["--spec", "bogus"]),
             (["--spec", "auto"], ["--spec", "auto", "drafter"]),
             (["--spec", "lookup:2"], ["--spec", "lookup:2"]),
+            (["--spec", "draft:"], ["--spec", "draft:", "FILE"]),
             (["--spec", "oracle:1", "--draft-max", "0"], ["--draft-max", "0"]),
             (["--spec", "oracle:1", "--draft-max", "-3"], ["--draft-max", "-3"]),
             (["--spec", "oracle:1", "--draft-max", "x"], ["--draft-max", "x"]),

@@ -137,6 +137,13 @@ class CliSpecTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("token 300", p.stderr)
         self.assertIn(other, p.stderr)
+        # Issue 44: a draft model without a tokenizer (the llama2.c checkpoint alone) was
+        # accepted on its size; its table cannot be compared.
+        p = pocket("run", "-m", self.target, "-p", PROMPTS[0], "-n", "8", "--spec",
+                   f"draft:{STORIES}", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no tokenizer", p.stderr)
+        self.assertIn(STORIES, p.stderr)
         tiny = make_model("spec-tiny.gguf")  # vocabulary 1024
         p = pocket("run", "-m", self.target, "-p", PROMPTS[0], "-n", "8", "--spec",
                    f"draft:{tiny}", check=False)
