@@ -133,6 +133,7 @@ nlohmann::json ResultJson(const GenerateResult& r, const Model& model) {
       {"drafted_tokens", r.n_drafted},
       {"accepted_draft_tokens", r.n_draft_accepted},
       {"plain_decode_steps", r.n_plain_steps},
+      {"paused_draft_steps", r.n_guarded_steps},
       {"draft_ms", static_cast<double>(r.draft_us) / 1000.0},
       {"spec_steps", SpecStepsJson(r)},
       {"load_ms", static_cast<double>(model.load_us()) / 1000.0},

@@ -84,9 +84,11 @@ class CliSpecTest(unittest.TestCase):
                         self.assertTrue(1 <= len(s["drafted"]) <= 6, s)
                         self.assertTrue(0 <= s["accepted"] <= len(s["drafted"]), s)
                     if spec.startswith("draft:"):
-                        # The target drafting for itself: every draft is right.
+                        # The target drafting for itself: every draft is right (and the guard
+                        # never pauses it).
                         self.assertGreater(out["verify_passes"], 0)
                         self.assertEqual(out["accepted_draft_tokens"], out["drafted_tokens"])
+                        self.assertEqual(out["paused_draft_steps"], 0)
 
     def test_draft_trees_give_the_plain_tokens(self):
         # Prompt lookup with up to 4 branches: trees where earlier text continued differently.
