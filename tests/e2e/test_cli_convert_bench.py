@@ -9,7 +9,8 @@
   --weights int8 nearly all do).
 - Progress on a non-terminal is at most a line per 10% (plus the final line).
 - bench -t 0 runs with every hardware thread and says so in --json; bench -p 0 measures decode
-  alone (the prefill fields are null).
+  alone (the prefill fields are null); --no-ceilings leaves the ceilings' columns "-" (null in
+  --json).
 - --help of both commands describes every option and ends with examples; contradicting or
   missing options exit 2.
 Bench runs are tiny (a synthetic model, few tokens, one repetition, no ceilings): no timing is
@@ -212,6 +213,29 @@ class Bench(unittest.TestCase):
             p = pocket("bench", "-m", self.model, *args, check=False)
             self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
             self.assertIn(word, p.stderr)
+
+    def test_no_ceilings_leaves_their_columns_empty(self):
+        """Issue 44: with --no-ceilings the bandwidth, roofline, int8 peak and prefill % columns
+        showed 0.0 / 0% and the JSON 0.0: not measured is "-" and null."""
+        r = json_lines(self.bench("-t", 1, "-p", 8, "-n", 4, "--json").stdout)[0]
+        for key in ("memory_bandwidth_gbps", "decode_roofline_tokens_per_s",
+                    "decode_roofline_fraction", "memory_bandwidth_prefetched_gbps",
+                    "decode_prefetched_roofline_fraction", "int8_peak_gmacs",
+                    "prefill_compute_fraction"):
+            self.assertIsNone(r[key], key)
+        # The model's own figures do not depend on the ceilings.
+        self.assertGreater(r["decode_bytes_per_token"], 0)
+        self.assertGreater(r["prefill_macs_per_token"], 0)
+        table = self.bench("-t", 1, "-p", 8, "-n", 4).stdout
+        lines = [l for l in table.splitlines() if l.startswith("| ")]
+        header = [c.strip() for c in lines[0].split("|")[1:-1]]
+        cells = dict(zip(header, [c.strip() for c in lines[1].split("|")[1:-1]]))
+        print(cells)
+        self.assertEqual(cells["model"], "bench-tiny.gguf")
+        for column in ("bandwidth GB/s", "decode roofline t/s", "roofline %",
+                       "prefetched read GB/s (%)", "int8 peak GMAC/s", "prefill %"):
+            self.assertEqual(cells[column], "-", column)
+        self.assertNotEqual(cells["tg t/s"], "-")
 
     def test_non_tty_progress_is_bounded(self):
         out = self.bench("-p", 1, "-n", 1, "-r", 30, "-t", "1,1")  # 64 steps
