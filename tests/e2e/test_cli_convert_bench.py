@@ -10,7 +10,7 @@
 - Progress on a non-terminal is at most a line per 10% (plus the final line).
 - bench -t 0 runs with every hardware thread and says so in --json; bench -p 0 measures decode
   alone (the prefill fields are null); --no-ceilings leaves the ceilings' columns "-" (null in
-  --json).
+  --json); --sessions announces every run before 100% and names the model by its file name.
 - --help of both commands describes every option and ends with examples; contradicting or
   missing options exit 2.
 Bench runs are tiny (a synthetic model, few tokens, one repetition, no ceilings): no timing is
@@ -236,6 +236,28 @@ class Bench(unittest.TestCase):
                        "prefetched read GB/s (%)", "int8 peak GMAC/s", "prefill %"):
             self.assertEqual(cells[column], "-", column)
         self.assertNotEqual(cells["tg t/s"], "-")
+
+    def test_sessions_progress_announces_every_run(self):
+        """Issue 44: with --sessions 1,2,4 the progress reached 100% while announcing the
+        2-session run and never announced the 4-session one (the prefix-cache steps were not
+        counted); the sessions table showed the model's full path where the main table shows
+        its file name."""
+        out = self.bench("-t", 1, "-p", 4, "-n", 2, "--sessions", "1,2,4", "--prefix-tokens", 32)
+        lines = [l for l in out.stderr.splitlines() if l.startswith("pocket bench:")]
+        print("\n".join(lines))
+        for run in ("warm-up", "run 1/1"):
+            self.assertEqual(len([l for l in lines if f"{run}: time to first token" in l]), 1)
+            for n in (1, 2, 4):
+                self.assertEqual(len([l for l in lines if f"{run}: {n} session(s)" in l]), 1,
+                                 (run, n))
+        # 100% once, at the end.
+        self.assertEqual([l for l in lines if "100%" in l], [lines[-1]])
+        self.assertIn("done", lines[-1])
+        rows = [l for l in out.stdout.splitlines()
+                if l.startswith("| ") and not l.startswith("| model")]
+        self.assertEqual(len(rows), 3, out.stdout)
+        for row in rows:
+            self.assertEqual(row.split("|")[1].strip(), "bench-tiny.gguf", row)
 
     def test_non_tty_progress_is_bounded(self):
         out = self.bench("-p", 1, "-n", 1, "-r", 30, "-t", "1,1")  # 64 steps
