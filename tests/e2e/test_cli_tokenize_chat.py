@@ -1,6 +1,7 @@
 """pocket tokenize (JSON Lines in, ids out; llama.cpp's Qwen2 vectors through the CLI), pocket info
-on a model with the real Qwen3 tokenizer, pocket chat keeping the KV cache between turns, and
-pocket chat --session resuming a conversation across runs."""
+on a model with the real Qwen3 tokenizer, on a saved session, a tokenizer.json and an adapter's
+config, pocket chat keeping the KV cache between turns, and pocket chat --session resuming a
+conversation across runs."""
 import json
 import os
 import shutil
@@ -133,6 +134,69 @@ class TokenizeAndChat(unittest.TestCase):
         self.assertEqual(p.returncode, 1, err)
         self.assertTrue(out.strip(), err)  # the reply came; only its save failed
         self.assertIn("chat-save-fails", err)
+
+    def test_info_describes_sessions_tokenizers_and_adapter_configs(self):
+        """Issue 44: pocket info on a session file, a tokenizer.json or a PEFT adapter's
+        adapter_config.json said "not a model file pocket knows"."""
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        path = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-info.session")
+        if os.path.exists(path):
+            os.remove(path)
+        chat = subprocess.run([POCKET, "chat", "-m", model, "-n", "4", "--temp", "0", "--system",
+                               "Be brief.", "--session", path], input="hello there\n/exit\n",
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(chat.returncode, 0, chat.stderr)
+        model_info = json.loads(pocket("info", model, "--json").stdout)
+        info = json.loads(pocket("info", path, "--json").stdout)
+        print(info)
+        self.assertEqual(info["kind"], "session")
+        self.assertEqual(info["architecture"], "qwen3")
+        for key in ("n_layers", "n_kv_heads", "head_dim", "vocab_size"):
+            self.assertEqual(info[key], model_info[key], key)
+        self.assertEqual(info["kv_type"], "f16")
+        self.assertEqual(info["adapters"], "")
+        self.assertGreater(info["n_tokens"], 8)
+        self.assertEqual(info["chat_messages"], ["system", "user", "assistant"])
+        self.assertEqual(info["file_bytes"], os.path.getsize(path))
+        text = pocket("info", path).stdout
+        print(text)
+        self.assertIn(f"session:      {path}", text)
+        self.assertIn(f"{info['n_tokens']} tokens", text)
+        self.assertIn("3 messages (1 system, 1 user, 1 assistant)", text)
+        # A damaged session is an error naming it.
+        with open(path, "r+b") as f:
+            f.seek(-10, os.SEEK_END)
+            f.write(b"\x00\x01")
+        bad = pocket("info", path, check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("checksum", bad.stderr)
+
+        tok = json.loads(pocket("info", QWEN3_TOKENIZER, "--json").stdout)
+        print({k: v for k, v in tok.items() if k != "special_tokens"})
+        self.assertEqual(tok["kind"], "tokenizer")
+        self.assertEqual(tok["type"], "byte-level BPE")
+        self.assertEqual(tok["vocab_size"], 151669)
+        self.assertEqual(tok["n_added_tokens"], 26)
+        self.assertEqual(tok["eos"], {"id": 151645, "text": "<|im_end|>"})
+        self.assertIsNone(tok["bos"])
+        self.assertIn({"id": 151644, "text": "<|im_start|>"}, tok["special_tokens"])
+        self.assertEqual(tok["chat_template"], "qwen3")
+        text = pocket("info", QWEN3_TOKENIZER).stdout
+        self.assertIn("151669 tokens", text)
+        self.assertIn("<|im_start|> 151644", text)
+        not_tok = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "not-tokenizer.json")
+        with open(not_tok, "w") as f:
+            f.write('{"architectures": ["Qwen3ForCausalLM"]}\n')
+        bad = pocket("info", not_tok, check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("not a tokenizer.json", bad.stderr)
+
+        adapter = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-info-lora")
+        if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
+            pocket("make-adapter", "-m", model, "--rank", "4", "-o", adapter)
+        a = json.loads(pocket("info", os.path.join(adapter, "adapter_config.json"),
+                              "--json").stdout)
+        self.assertEqual((a["kind"], a["format"], a["max_rank"]), ("lora_adapter", "peft", 4))
 
     def test_run_chat_rejects_models_without_a_template(self):
         model = make_model("errors-tiny.gguf")
