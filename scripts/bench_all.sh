@@ -48,8 +48,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
               f"{j['decode_tokens_per_s']:.1f} ({j['decode_tokens_per_s_min']:.1f}-"
               f"{j['decode_tokens_per_s_max']:.1f}) | {j['memory_bandwidth_gbps']:.1f} | "
               f"{100 * j['decode_roofline_fraction']:.0f}% | "
-              f"{j.get('memory_bandwidth_prefetched_gbps', 0):.1f} "
-              f"({100 * j.get('decode_prefetched_roofline_fraction', 0):.0f}%) | "
+              f"{j.get('memory_bandwidth_prefetched_gbps') or 0:.1f} "
+              f"({100 * (j.get('decode_prefetched_roofline_fraction') or 0):.0f}%) | "
               f"{j['peak_rss_increase_bytes'] / 1e6:.1f} | {j.get('session_bytes', 0) / 1e6:.1f} | "
               f"{100 * j.get('huge_page_weight_fraction', -1):.0f}% |")
 PY

@@ -50,7 +50,7 @@ for line in open(sys.argv[2]):
           f"({100 * b['prefill_compute_fraction']:.0f}% of int8 peak), decode "
           f"{b['decode_tokens_per_s']:.1f} tokens/s ({100 * b['decode_roofline_fraction']:.0f}% of "
           f"the {b['decode_roofline_tokens_per_s']:.0f} tokens/s roofline of a plain stream read, "
-          f"{100 * b['decode_prefetched_roofline_fraction']:.0f}% of a prefetched one), peak RSS +"
+          f"{100 * (b['decode_prefetched_roofline_fraction'] or 0):.0f}% of a prefetched one), peak RSS +"
           f"{b['peak_rss_increase_bytes'] / 1e6:.0f} MB, {b['kernels']} kernels")
 print(f"model file:        {r['file_bytes'] / 1e6:.1f} MB")
 print(f"load:              {r['load_ms']:.1f} ms")

@@ -47,7 +47,9 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_flag("--no-repack", f->no_repack, "keep GGUF block types dense (float kernels)");
   app->add_flag("--no-huge-pages", f->no_huge_pages,
                 "do not ask for huge pages under the weights (4 KB pages: more TLB misses)");
-  app->add_flag("--no-ceilings", f->no_ceilings, "skip the bandwidth and int8 peak measurements");
+  app->add_flag("--no-ceilings", f->no_ceilings,
+                "skip the bandwidth and int8 peak measurements (their columns show -, null in "
+                "--json)");
   app->add_flag("--json", f->json, "one JSON object per line per (model, threads)");
   app->add_option("--json-schema", f->schema_text,
                   "also decode under this JSON Schema text (constrained tg, mask time per token)");

@@ -1,7 +1,7 @@
 // pocket chat: an interactive multi-turn conversation that keeps the KV cache between turns.
 // Ctrl-C stops the reply being generated and the conversation goes on; Ctrl-C at the prompt
 // exits. When the history outgrows the context, the oldest turns (never the system message) are
-// dropped with a one-line notice.
+// dropped with a one-line notice; so are those of a --session resumed with a smaller context.
 #include <unistd.h>
 
 #include <atomic>
@@ -144,7 +144,7 @@ Command AddChatCommand(CLI::App& root) {
                   "resume the conversation saved in FILE when it exists, and save it there after "
                   "every reply (its messages and the model's keys and values: the next run "
                   "continues without evaluating the history again; the same model, --kv-type "
-                  "and adapters are required)");
+                  "and adapters are required; with a smaller -c the oldest turns are dropped)");
   SetExamples(app, {"pocket chat -m model.pocket --session chat.session",
                     "pocket chat -m model.gguf --system \"Answer briefly.\" --no-think",
                     "pocket chat -m model.pocket --lora task.pocket   (then /lora other.pocket "
@@ -197,12 +197,31 @@ Command AddChatCommand(CLI::App& root) {
           // The saved conversation: its messages (a --system of this run is not used) and the
           // keys and values of its tokens.
           auto saved = s.Load(*session_path);
+          // A context smaller than the saved one (OutOfRange, once the file has matched the
+          // model, its KV type and adapters): the messages alone, the oldest turns dropped before
+          // the next reply as when a chat outgrows its context, the rest evaluated again.
+          int64_t saved_tokens = -1;
+          if (!saved.ok() && saved.status().code() == StatusCode::kOutOfRange) {
+            auto file = DescribeSessionFile(*session_path);
+            if (!file.ok()) return ReportError(file.status());
+            saved_tokens = file->n_tokens;
+            saved = std::move(file->user_data);
+          }
           if (!saved.ok()) return ReportError(saved.status());
           if (Status p = ParseMessages(*session_path, *saved, &messages); !p.ok()) {
             return ReportError(p);
           }
-          std::fprintf(stderr, "pocket: resumed %s: %zu messages, %zu tokens in the context\n",
-                       session_path->c_str(), messages.size(), s.history().size());
+          if (saved_tokens >= 0) {
+            std::fprintf(stderr,
+                         "pocket: resumed %s: %zu messages; their %lld tokens do not fit the "
+                         "context of %d (-c), so the oldest turns are dropped before the next "
+                         "reply (never the system message) and the rest evaluated again\n",
+                         session_path->c_str(), messages.size(),
+                         static_cast<long long>(saved_tokens), s.n_ctx());
+          } else {
+            std::fprintf(stderr, "pocket: resumed %s: %zu messages, %zu tokens in the context\n",
+                         session_path->c_str(), messages.size(), s.history().size());
+          }
           // The saved conversation keeps its own system message: say so when --system differs.
           const std::string saved_system =
               !messages.empty() && messages[0].role == "system" ? messages[0].content : "";

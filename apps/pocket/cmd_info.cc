@@ -1,8 +1,11 @@
 // pocket info: what a model file holds: format, architecture and shapes, tensor types and bytes,
-// tokenizer and chat template.
+// tokenizer and chat template; or what a LoRA adapter, a saved session or a tokenizer.json holds.
+#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/mapped_file.h"
 #include "common.h"
 #include "format/pocket_file.h"
 #include "model/adapter.h"
@@ -92,11 +95,173 @@ int AdapterInfo(const std::string& path, const std::string& base_path, const Eng
   return fits.ok() ? 0 : 1;
 }
 
+// pocket info on a saved session (pocket chat --session, Session::Save): the model it was saved
+// with, its context and adapters, and with pocket chat's user data, the conversation's messages.
+int SessionInfo(const std::string& path, bool json) {
+  auto info = DescribeSessionFile(path);
+  if (!info.ok()) return ReportError(info.status());
+  const SessionFileInfo& s = *info;
+  // pocket chat's user data: {"pocket_chat": 1, "messages": [{"role", "content"}...]}.
+  std::vector<std::string> roles;
+  bool chat = false;
+  const nlohmann::json user =
+      nlohmann::json::parse(s.user_data, nullptr, /*allow_exceptions=*/false);
+  if (user.is_object() && user.contains("pocket_chat") && user.contains("messages") &&
+      user["messages"].is_array()) {
+    chat = true;
+    for (const nlohmann::json& m : user["messages"]) {
+      roles.push_back(m.is_object() && m.contains("role") && m["role"].is_string()
+                          ? m["role"].get<std::string>()
+                          : "?");
+    }
+  }
+  if (json) {
+    nlohmann::json j;
+    j["path"] = s.path;
+    j["kind"] = "session";
+    j["version"] = s.version;
+    j["architecture"] = s.architecture;
+    j["base_fingerprint"] = s.base_fingerprint;
+    j["weights_digest"] = s.weights_digest;
+    j["n_layers"] = s.n_layers;
+    j["n_kv_heads"] = s.n_kv_heads;
+    j["head_dim"] = s.head_dim;
+    j["vocab_size"] = s.vocab_size;
+    j["kv_type"] = s.kv_type;
+    j["n_tokens"] = s.n_tokens;
+    j["has_logits"] = s.has_logits;
+    j["adapters"] = s.adapters;
+    j["kv_bytes"] = s.kv_bytes;
+    j["user_data_bytes"] = s.user_data_bytes;
+    j["file_bytes"] = s.file_bytes;
+    j["chat_messages"] = chat ? nlohmann::json(roles) : nlohmann::json();
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("session:      %s (pocket session, version %u)\n", s.path.c_str(), s.version);
+  std::printf(
+      "model:        %s, %lld layers, %lld KV heads of %lld, vocabulary %lld; fingerprint "
+      "%s, weights %s\n",
+      s.architecture.c_str(), static_cast<long long>(s.n_layers),
+      static_cast<long long>(s.n_kv_heads), static_cast<long long>(s.head_dim),
+      static_cast<long long>(s.vocab_size), s.base_fingerprint.c_str(), s.weights_digest.c_str());
+  std::printf("context:      %lld tokens%s, KV cache %s (%s of keys and values)\n",
+              static_cast<long long>(s.n_tokens), s.has_logits ? " and the logits after them" : "",
+              s.kv_type.c_str(), HumanBytes(s.kv_bytes).c_str());
+  std::printf("adapters:     %s\n", s.adapters.empty() ? "none" : s.adapters.c_str());
+  if (chat) {
+    // Messages by role, in the order the roles first come.
+    std::vector<std::pair<std::string, int>> by_role;
+    for (const std::string& r : roles) {
+      auto it = std::find_if(by_role.begin(), by_role.end(),
+                             [&r](const auto& entry) { return entry.first == r; });
+      if (it == by_role.end()) {
+        by_role.emplace_back(r, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    std::string counts;
+    for (const auto& [role, n] : by_role)
+      counts += StrCat(counts.empty() ? "" : ", ", n, " ", role);
+    std::printf("conversation: pocket chat, %zu messages (%s)\n", roles.size(),
+                roles.empty() ? "none" : counts.c_str());
+  } else {
+    std::printf("user data:    %s\n", HumanBytes(s.user_data_bytes).c_str());
+  }
+  std::printf("file:         %s, checksum good\n", HumanBytes(s.file_bytes).c_str());
+  return 0;
+}
+
+// True when `path` is a file whose first non-blank byte opens a JSON object (tokenizer.json).
+bool LooksLikeJsonObject(const std::string& path) {
+  if (IsDirectory(path)) return false;
+  auto file = MappedFile::Open(path);
+  if (!file.ok()) return false;
+  const std::string_view bytes = (*file)->bytes();
+  const size_t at = bytes.find_first_not_of(" \t\r\n");
+  return at != std::string_view::npos && bytes[at] == '{';
+}
+
+// pocket info on a Hugging Face tokenizer.json (with the tokenizer_config.json beside it): its
+// kind, vocabulary, special tokens and chat template.
+int TokenizerInfo(const std::string& path, bool json) {
+  auto tok = Tokenizer::FromHfJsonFile(path);
+  if (!tok.ok()) {
+    // "PATH: not a tokenizer.json (what the loader found)".
+    std::string why = tok.status().message();
+    if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);
+    return ReportError(
+        Status(tok.status().code(), StrCat(path, ": not a tokenizer.json (", why, ")")));
+  }
+  const Tokenizer& t = **tok;
+  const TokenizerSpec spec = t.FullSpec();
+  std::vector<int32_t> special, added;  // kControl; kControl and kUserDefined
+  for (size_t id = 0; id < spec.types.size(); ++id) {
+    if (spec.types[id] == TokenType::kControl) special.push_back(static_cast<int32_t>(id));
+    if (spec.types[id] == TokenType::kControl || spec.types[id] == TokenType::kUserDefined)
+      added.push_back(static_cast<int32_t>(id));
+  }
+  std::string tmpl_family = "none";
+  if (!spec.chat_template.empty()) {
+    auto tmpl = ChatTemplate::Detect(spec.chat_template);
+    tmpl_family = tmpl.ok() ? std::string(tmpl->name()) : "unrecognised";
+  }
+  const char* kind = spec.kind == TokenizerKind::kByteLevelBpe ? "byte-level BPE" : "llama2.c";
+  auto token_json = [&t](int32_t id) -> nlohmann::json {
+    if (id < 0) return nlohmann::json();
+    return {{"id", id}, {"text", std::string(t.TokenBytes(id))}};
+  };
+  if (json) {
+    nlohmann::json j;
+    j["path"] = path;
+    j["kind"] = "tokenizer";
+    j["type"] = kind;
+    j["pre_tokenizer"] = spec.pre_tokenizer;
+    j["vocab_size"] = t.vocab_size();
+    j["n_merges"] = spec.merges.size() + spec.merge_ids.size();
+    j["n_added_tokens"] = added.size();
+    j["bos"] = token_json(spec.bos_id);
+    j["eos"] = token_json(spec.eos_id);
+    j["pad"] = token_json(spec.pad_id);
+    j["unk"] = token_json(spec.unk_id);
+    j["add_bos"] = spec.add_bos;
+    j["chat_template"] = tmpl_family;
+    j["special_tokens"] = nlohmann::json::array();
+    for (int32_t id : special) j["special_tokens"].push_back(token_json(id));
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  auto token_text = [&t](int32_t id) {
+    return id < 0 ? std::string("none") : StrCat(id, " ", QuoteBytes(t.TokenBytes(id)));
+  };
+  std::printf("tokenizer:    %s (Hugging Face tokenizer.json, %s, pre-tokenizer %s)\n",
+              path.c_str(), kind, spec.pre_tokenizer.c_str());
+  std::printf("vocabulary:   %d tokens, %zu merges, %zu added tokens (%zu special)\n",
+              t.vocab_size(), spec.merges.size() + spec.merge_ids.size(), added.size(),
+              special.size());
+  std::printf("ids:          bos %s, eos %s, pad %s, unk %s; BOS %s\n",
+              token_text(spec.bos_id).c_str(), token_text(spec.eos_id).c_str(),
+              token_text(spec.pad_id).c_str(), token_text(spec.unk_id).c_str(),
+              spec.add_bos ? "prepended" : "not prepended");
+  // The special tokens, the first 32 (--json lists them all).
+  constexpr size_t kShown = 32;
+  std::string list;
+  for (size_t i = 0; i < special.size() && i < kShown; ++i)
+    list += StrCat(list.empty() ? "" : ", ", t.TokenBytes(special[i]), " ", special[i]);
+  if (special.size() > kShown) list += StrCat(", ... (", special.size() - kShown, " more)");
+  std::printf("special:      %s\n", special.empty() ? "none" : list.c_str());
+  std::printf("chat template: %s\n", tmpl_family.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Command AddInfoCommand(CLI::App& root) {
   auto* app =
-      root.add_subcommand("info", "show a model's architecture, shapes, tensor types, bytes");
+      root.add_subcommand("info",
+                          "show a model's architecture, shapes, tensor types, bytes (or what an "
+                          "adapter, a saved session or a tokenizer.json holds)");
   auto path = std::make_shared<std::string>();
   auto tokenizer = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
@@ -104,7 +269,8 @@ Command AddInfoCommand(CLI::App& root) {
   auto base = std::make_shared<std::string>();
   app->add_option("model", *path,
                   "GGUF file, Hugging Face directory, llama2.c .bin or .pocket; or a LoRA "
-                  "adapter (PEFT directory or llama.cpp GGUF)")
+                  "adapter (PEFT directory or its adapter_config.json, llama.cpp GGUF, adapter "
+                  "package), a saved session (pocket chat --session) or a tokenizer.json")
       ->required();
   app->add_option("-m,--base", *base,
                   "with an adapter: the base model to check it against (as --lora would)");
@@ -117,10 +283,26 @@ Command AddInfoCommand(CLI::App& root) {
   return {
       app, [=]() -> int {
         if (path->empty()) return ReportUsageError("the model path is empty");
+        // A PEFT adapter's adapter_config.json stands for its directory.
+        const std::filesystem::path as_path(*path);
+        if (as_path.filename() == "adapter_config.json" && !IsDirectory(*path)) {
+          const std::string dir =
+              as_path.has_parent_path() ? as_path.parent_path().string() : std::string(".");
+          if (LooksLikeAdapter(dir))
+            return AdapterInfo(dir, *base, TokenizerOnly(*tokenizer), *json);
+        }
         if (LooksLikeAdapter(*path))
           return AdapterInfo(*path, *base, TokenizerOnly(*tokenizer), *json);
         if (!base->empty())
           return ReportUsageError(StrCat("--base is for adapters; ", *path, " is not one"));
+        const bool session = LooksLikeSessionFile(*path);
+        const bool tokenizer_json = !session && LooksLikeJsonObject(*path);
+        if ((session || tokenizer_json) && (!tokenizer->empty() || *tensors)) {
+          return ReportUsageError(StrCat("--tokenizer and --tensors are for models; ", *path,
+                                         " is ", session ? "a session file" : "a tokenizer.json"));
+        }
+        if (session) return SessionInfo(*path, *json);
+        if (tokenizer_json) return TokenizerInfo(*path, *json);
         auto model = LoadModel(*path, TokenizerOnly(*tokenizer));
         if (!model.ok()) return ReportError(model.status());
         const Model& m = **model;

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +21,31 @@
 
 namespace pocket::cli {
 namespace {
+
+// A latency figure: null in JSON and "-" in the summary where nothing was measured (no reply, no
+// barge-in), never a 0 that reads as a measurement.
+nlohmann::json JsonMs(double ms, bool measured) {
+  return measured ? nlohmann::json(ms) : nlohmann::json();
+}
+
+// "first audio: P50 360 ms, P90 420 ms (3 replies); barge-in: P50 80 ms (1)", with "-" for what
+// was not measured.
+std::string LatencySummary(const voice::VoiceStats& s, double first_p50, double first_p90,
+                           double barge_p50) {
+  std::string out = "first audio: ";
+  if (s.first_audio_ms.empty()) {
+    out += "-";
+  } else {
+    out += StrCat("P50 ", std::lround(first_p50), " ms, P90 ", std::lround(first_p90), " ms");
+  }
+  out += StrCat(" (", s.first_audio_ms.size(), " replies); barge-in: ");
+  if (s.barge_in_ms.empty()) {
+    out += "-";
+  } else {
+    out += StrCat("P50 ", std::lround(barge_p50), " ms (", s.barge_ins, ")");
+  }
+  return out;
+}
 
 struct LiveFlags {
   std::string input;
@@ -100,9 +126,9 @@ int RunLiveConversation(std::shared_ptr<const Model> model, voice::VoiceOptions 
   if (!r.ok()) return ReportError(r.status());
   const voice::VoiceStats& s = r->stats;
   nlohmann::json j = {
-      {"first_audio_ms_p50", r->first_audio_ms_p50},
-      {"first_audio_ms_p90", r->first_audio_ms_p90},
-      {"barge_in_ms_p50", r->barge_in_ms_p50},
+      {"first_audio_ms_p50", JsonMs(r->first_audio_ms_p50, !s.first_audio_ms.empty())},
+      {"first_audio_ms_p90", JsonMs(r->first_audio_ms_p90, !s.first_audio_ms.empty())},
+      {"barge_in_ms_p50", JsonMs(r->barge_in_ms_p50, !s.barge_in_ms.empty())},
       {"turns", s.turns},
       {"barge_ins", s.barge_ins},
       {"first_audio_ms", s.first_audio_ms},
@@ -127,10 +153,9 @@ int RunLiveConversation(std::shared_ptr<const Model> model, voice::VoiceOptions 
     return 0;
   }
   std::printf(
-      "first audio: P50 %.0f ms, P90 %.0f ms (%zu replies); barge-in: P50 %.0f ms (%d); %d turns; "
-      "%.1f s of conversation in %.1f s\n",
-      r->first_audio_ms_p50, r->first_audio_ms_p90, s.first_audio_ms.size(), r->barge_in_ms_p50,
-      s.barge_ins, s.turns, r->seconds, r->wall_seconds);
+      "%s; %d turns; %.1f s of conversation in %.1f s\n",
+      LatencySummary(s, r->first_audio_ms_p50, r->first_audio_ms_p90, r->barge_in_ms_p50).c_str(),
+      s.turns, r->seconds, r->wall_seconds);
   return 0;
 }
 
@@ -207,8 +232,8 @@ Command AddVoiceCommand(CLI::App& root) {
           "RATE"))
       ->capture_default_str();
   app->add_flag("--json", f->json,
-                "one JSON object: first_audio_ms_p50/p90, barge_in_ms_p50, asr_wer, turns, ... "
-                "and the trace");
+                "one JSON object: first_audio_ms_p50/p90, barge_in_ms_p50 (null when there "
+                "was none), asr_wer, turns, ... and the trace");
   SetExamples(app, {"pocket voice -m model.pocket --script tests/voice/acceptance.script -t 2 "
                     "[--virtual-clock] [--json]",
                     "pocket voice -m model.pocket --input question.wav -o reply.wav",
@@ -272,29 +297,30 @@ Command AddVoiceCommand(CLI::App& root) {
         StatusOr<voice::ScriptResult> r = voice::RunScript(*model, *script, f->script, run);
         if (!r.ok()) return ReportError(r.status());
         const voice::VoiceStats& s = r->stats;
-        nlohmann::json j = {{"first_audio_ms_p50", r->first_audio_ms_p50},
-                            {"first_audio_ms_p90", r->first_audio_ms_p90},
-                            {"barge_in_ms_p50", r->barge_in_ms_p50},
-                            {"asr_wer", r->asr_wer},
-                            {"asr_errors", r->asr_errors},
-                            {"asr_words", r->asr_words},
-                            {"turns", s.turns},
-                            {"script_turns", script->turns.size()},
-                            {"barge_ins", s.barge_ins},
-                            {"scripted_barge_ins", r->scripted_barge_ins},
-                            {"first_audio_ms", s.first_audio_ms},
-                            {"barge_in_ms", s.barge_in_ms},
-                            {"samples_synthesized", s.samples_synthesized},
-                            {"samples_played", s.samples_played},
-                            {"samples_dropped", s.samples_dropped},
-                            {"samples_reconcile", r->samples_reconcile},
-                            {"rss_warm_mib", r->rss_warm_mib},
-                            {"rss_end_mib", r->rss_end_mib},
-                            {"conversation_s", r->conversation_seconds},
-                            {"wall_s", r->wall_seconds},
-                            {"virtual_clock", f->virtual_clock},
-                            {"heard", r->heard},
-                            {"replies", s.replies}};
+        nlohmann::json j = {
+            {"first_audio_ms_p50", JsonMs(r->first_audio_ms_p50, !s.first_audio_ms.empty())},
+            {"first_audio_ms_p90", JsonMs(r->first_audio_ms_p90, !s.first_audio_ms.empty())},
+            {"barge_in_ms_p50", JsonMs(r->barge_in_ms_p50, !s.barge_in_ms.empty())},
+            {"asr_wer", r->asr_wer},
+            {"asr_errors", r->asr_errors},
+            {"asr_words", r->asr_words},
+            {"turns", s.turns},
+            {"script_turns", script->turns.size()},
+            {"barge_ins", s.barge_ins},
+            {"scripted_barge_ins", r->scripted_barge_ins},
+            {"first_audio_ms", s.first_audio_ms},
+            {"barge_in_ms", s.barge_in_ms},
+            {"samples_synthesized", s.samples_synthesized},
+            {"samples_played", s.samples_played},
+            {"samples_dropped", s.samples_dropped},
+            {"samples_reconcile", r->samples_reconcile},
+            {"rss_warm_mib", r->rss_warm_mib},
+            {"rss_end_mib", r->rss_end_mib},
+            {"conversation_s", r->conversation_seconds},
+            {"wall_s", r->wall_seconds},
+            {"virtual_clock", f->virtual_clock},
+            {"heard", r->heard},
+            {"replies", s.replies}};
         if (f->json) {
           nlohmann::json trace = nlohmann::json::array();
           for (const std::string& line : r->trace) trace.push_back(nlohmann::json::parse(line));
@@ -305,15 +331,14 @@ Command AddVoiceCommand(CLI::App& root) {
         }
         for (const std::string& line : r->trace) std::printf("%s\n", line.c_str());
         std::printf(
-            "first audio: P50 %.0f ms, P90 %.0f ms (%zu replies); barge-in: P50 %.0f ms (%d); "
-            "ASR WER %.1f%% (%lld errors / %lld words); %.1f s of conversation in %.1f s; "
+            "%s; ASR WER %.1f%% (%lld errors / %lld words); %.1f s of conversation in %.1f s; "
             "samples synthesized %lld = played %lld + dropped %lld: %s\n",
-            r->first_audio_ms_p50, r->first_audio_ms_p90, s.first_audio_ms.size(),
-            r->barge_in_ms_p50, s.barge_ins, 100 * r->asr_wer,
-            static_cast<long long>(r->asr_errors), static_cast<long long>(r->asr_words),
-            r->conversation_seconds, r->wall_seconds, static_cast<long long>(s.samples_synthesized),
-            static_cast<long long>(s.samples_played), static_cast<long long>(s.samples_dropped),
-            r->samples_reconcile ? "yes" : "NO");
+            LatencySummary(s, r->first_audio_ms_p50, r->first_audio_ms_p90, r->barge_in_ms_p50)
+                .c_str(),
+            100 * r->asr_wer, static_cast<long long>(r->asr_errors),
+            static_cast<long long>(r->asr_words), r->conversation_seconds, r->wall_seconds,
+            static_cast<long long>(s.samples_synthesized), static_cast<long long>(s.samples_played),
+            static_cast<long long>(s.samples_dropped), r->samples_reconcile ? "yes" : "NO");
         return 0;
       }};
 }

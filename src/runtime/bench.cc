@@ -807,23 +807,42 @@ std::string BenchMarkdownRow(const BenchResult& r) {
   char buf[1024];
   const size_t slash = r.model.find_last_of('/');
   const std::string name = slash == std::string::npos ? r.model : r.model.substr(slash + 1);
-  char pp[96] = "-", prefill_fraction[32] = "-";  // not measured with n_prompt 0
+  char pp[96] = "-";  // not measured with n_prompt 0
   if (r.n_prompt > 0) {
     std::snprintf(pp, sizeof pp, "%.1f (%.1f-%.1f)", r.prefill_tokens_per_s.median,
                   r.prefill_tokens_per_s.min, r.prefill_tokens_per_s.max);
-    std::snprintf(prefill_fraction, sizeof prefill_fraction, "%.0f%%",
-                  100.0 * r.prefill_compute_fraction);
+  }
+  // The ceilings' columns: "-" where they were not measured (--no-ceilings; the prefetched read
+  // where the kernel table has none; the prefill fraction without a prefill).
+  char bandwidth[32] = "-", roofline[32] = "-", roofline_fraction[32] = "-", prefetched[64] = "-",
+       int8_peak[32] = "-", prefill_fraction[32] = "-";
+  if (r.memory_bandwidth_gbps > 0) {
+    std::snprintf(bandwidth, sizeof bandwidth, "%.1f", r.memory_bandwidth_gbps);
+    std::snprintf(roofline, sizeof roofline, "%.1f", r.decode_roofline_tokens_per_s);
+    std::snprintf(roofline_fraction, sizeof roofline_fraction, "%.0f%%",
+                  100.0 * r.decode_roofline_fraction);
+  }
+  if (r.memory_bandwidth_prefetched_gbps > 0) {
+    std::snprintf(prefetched, sizeof prefetched, "%.1f (%.0f%%)",
+                  r.memory_bandwidth_prefetched_gbps,
+                  100.0 * r.decode_prefetched_roofline_fraction);
+  }
+  if (r.int8_peak_gmacs > 0) {
+    std::snprintf(int8_peak, sizeof int8_peak, "%.0f", r.int8_peak_gmacs);
+    if (r.n_prompt > 0) {
+      std::snprintf(prefill_fraction, sizeof prefill_fraction, "%.0f%%",
+                    100.0 * r.prefill_compute_fraction);
+    }
   }
   std::snprintf(
       buf, sizeof(buf),
-      "| %s | %s | %s | %d | %s | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %.1f "
-      "| %.1f | %.0f%% | %.1f (%.0f%%) | %.0f | %s | %s |\n",
+      "| %s | %s | %s | %d | %s | %.1f (%.1f-%.1f) | %.0f | %s | %.2f | %s | %s | %s | %s | %s "
+      "| %s | %s |\n",
       name.c_str(), HumanBytes(r.file_bytes).c_str(), r.kernels.c_str(), r.threads, pp,
       r.decode_tokens_per_s.median, r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.load_ms,
       HumanBytes(static_cast<uint64_t>(std::max<int64_t>(0, r.peak_rss_increase_bytes))).c_str(),
-      r.cpu_seconds, r.memory_bandwidth_gbps, r.decode_roofline_tokens_per_s,
-      100.0 * r.decode_roofline_fraction, r.memory_bandwidth_prefetched_gbps,
-      100.0 * r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs, prefill_fraction,
+      r.cpu_seconds, bandwidth, roofline, roofline_fraction, prefetched, int8_peak,
+      prefill_fraction,
       r.huge_page_weight_fraction < 0
           ? "-"
           : StrCat(static_cast<int>(std::lround(100.0 * r.huge_page_weight_fraction)), "%")
@@ -857,6 +876,11 @@ std::string BenchJson(const BenchResult& r) {
     model += ch;
   }
   const bool prefill = r.n_prompt > 0;
+  // The ceilings (null where not measured: --no-ceilings, or a kernel table without the
+  // prefetched read).
+  const bool bandwidth = r.memory_bandwidth_gbps > 0;
+  const bool prefetched = r.memory_bandwidth_prefetched_gbps > 0;
+  const bool int8_peak = r.int8_peak_gmacs > 0;
   const std::string measured = StrCat("[", prefill ? "\"prefill\", " : "", "\"decode\"",
                                       r.constrained ? ", \"constrained_decode\"" : "",
                                       r.verify_cost.empty() ? "" : ", \"verify_cost\"",
@@ -873,10 +897,10 @@ std::string BenchJson(const BenchResult& r) {
       "\"prefill_tokens_per_s_max\": %s, \"decode_tokens_per_s\": %.3f, "
       "\"decode_tokens_per_s_min\": %.3f, \"decode_tokens_per_s_max\": %.3f, "
       "\"cpu_seconds\": %.4f, \"peak_rss_increase_bytes\": %lld, \"session_bytes\": %llu, "
-      "\"memory_bandwidth_gbps\": %.3f, \"decode_bytes_per_token\": %.0f, "
-      "\"decode_roofline_tokens_per_s\": %.3f, \"decode_roofline_fraction\": %.4f, "
-      "\"memory_bandwidth_prefetched_gbps\": %.3f, \"decode_prefetched_roofline_fraction\": %.4f, "
-      "\"int8_peak_gmacs\": %.1f, \"prefill_macs_per_token\": %s, "
+      "\"memory_bandwidth_gbps\": %s, \"decode_bytes_per_token\": %.0f, "
+      "\"decode_roofline_tokens_per_s\": %s, \"decode_roofline_fraction\": %s, "
+      "\"memory_bandwidth_prefetched_gbps\": %s, \"decode_prefetched_roofline_fraction\": %s, "
+      "\"int8_peak_gmacs\": %s, \"prefill_macs_per_token\": %s, "
       "\"prefill_compute_fraction\": %s}",
       model.c_str(), measured.c_str(), r.kernels.c_str(), r.threads, r.hardware_threads, r.n_prompt,
       r.n_gen, r.repetitions, r.kv_type.c_str(), static_cast<unsigned long long>(r.file_bytes),
@@ -888,11 +912,15 @@ std::string BenchJson(const BenchResult& r) {
       JsonNumber(prefill, "%.3f", r.prefill_tokens_per_s.max).c_str(), r.decode_tokens_per_s.median,
       r.decode_tokens_per_s.min, r.decode_tokens_per_s.max, r.cpu_seconds,
       static_cast<long long>(r.peak_rss_increase_bytes),
-      static_cast<unsigned long long>(r.session_bytes), r.memory_bandwidth_gbps,
-      r.decode_bytes_per_token, r.decode_roofline_tokens_per_s, r.decode_roofline_fraction,
-      r.memory_bandwidth_prefetched_gbps, r.decode_prefetched_roofline_fraction, r.int8_peak_gmacs,
+      static_cast<unsigned long long>(r.session_bytes),
+      JsonNumber(bandwidth, "%.3f", r.memory_bandwidth_gbps).c_str(), r.decode_bytes_per_token,
+      JsonNumber(bandwidth, "%.3f", r.decode_roofline_tokens_per_s).c_str(),
+      JsonNumber(bandwidth, "%.4f", r.decode_roofline_fraction).c_str(),
+      JsonNumber(prefetched, "%.3f", r.memory_bandwidth_prefetched_gbps).c_str(),
+      JsonNumber(prefetched, "%.4f", r.decode_prefetched_roofline_fraction).c_str(),
+      JsonNumber(int8_peak, "%.1f", r.int8_peak_gmacs).c_str(),
       JsonNumber(prefill, "%.0f", r.prefill_macs_per_token).c_str(),
-      JsonNumber(prefill, "%.4f", r.prefill_compute_fraction).c_str());
+      JsonNumber(prefill && int8_peak, "%.4f", r.prefill_compute_fraction).c_str());
   std::string out = buf;
   if (r.constrained) {
     out.pop_back();  // the closing brace

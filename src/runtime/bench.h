@@ -199,7 +199,9 @@ std::string BenchMarkdownRow(const BenchResult& r);
 std::string ConstrainedMarkdownHeader();
 std::string ConstrainedMarkdownRow(const BenchResult& r);
 // One JSON object. "measured" lists what was timed ("prefill", "decode", "constrained_decode");
-// the prefill fields are null when n_prompt is 0.
+// the prefill fields are null when n_prompt is 0, and the ceilings' fields (bandwidths, rooflines,
+// int8 peak, prefill compute fraction) when they were not measured (measure_ceilings off, or a
+// kernel table without the prefetched read); the Markdown row shows "-" there.
 std::string BenchJson(const BenchResult& r);
 // The speculative decoding tables (when modes or the verification cost were measured).
 std::string LoraMarkdownHeader();

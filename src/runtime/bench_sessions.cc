@@ -43,9 +43,16 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
   if (config.n_batch < 1) return InvalidArgumentError("the prefill chunk must be positive");
   const int32_t max_sessions = *std::max_element(sessions.begin(), sessions.end());
   const KernelTable& kernels = config.kernels != nullptr ? *config.kernels : SelectKernels();
+  // The prefix-cache measurement: a shared prefix + 16 own tokens. Shorter prefixes are not
+  // stored (PrefixCacheOptions::min_tokens), so they are not measured.
+  const int32_t n_prefix = config.n_prefix > 0 ? config.n_prefix : config.n_prompt;
+  const bool measure_prefix = n_prefix >= PrefixCacheOptions{}.min_tokens;
+  // Steps, for progress: per (model, threads) a load, and per run (the warm-up and the timed
+  // ones) the prefix-cache measurement and each session count; then "done" at 100%.
   const int64_t n_steps =
       static_cast<int64_t>(config.models.size() * config.threads.size()) *
-      (1 + static_cast<int64_t>(config.repetitions + 1) * static_cast<int64_t>(sessions.size()));
+      (1 + static_cast<int64_t>(config.repetitions + 1) *
+               (static_cast<int64_t>(sessions.size()) + (measure_prefix ? 1 : 0)));
   int64_t step = 0;
   auto say = [&](const std::string& line) {
     if (config.progress) config.progress(step, n_steps, line);
@@ -88,8 +95,7 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
         for (int32_t& id : prompt) id = static_cast<int32_t>(rng.NextBelow(vocab));
         prompts.push_back(std::move(prompt));
       }
-      // The prefix-cache measurement's sessions and prompts: a shared prefix + 16 own tokens.
-      const int32_t n_prefix = config.n_prefix > 0 ? config.n_prefix : config.n_prompt;
+      // The prefix-cache measurement's sessions and prompts.
       auto cache = std::make_shared<PrefixCache>();
       SessionOptions po = so;
       po.n_ctx = n_prefix + 17;
@@ -106,8 +112,6 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
           warm_prompt[i] = static_cast<int32_t>(rng.NextBelow(vocab));
       }
       std::vector<double> cold_ms, warm_ms;
-      // Shorter prefixes are not stored (PrefixCacheOptions::min_tokens).
-      const bool measure_prefix = n_prefix >= PrefixCacheOptions{}.min_tokens;
       GenerateOptions g;
       g.sampling.temperature = 0.0f;
       g.max_tokens = config.n_gen;
@@ -212,7 +216,7 @@ StatusOr<std::vector<SessionsBenchRow>> RunSessionsBench(const BenchConfig& conf
       }
     }
   }
-  say("done");
+  if (config.progress) config.progress(n_steps, n_steps, "done");
   return rows;
 }
 
@@ -270,11 +274,14 @@ std::string SessionsMarkdownRow(const SessionsBenchRow& r) {
     std::snprintf(prefix, sizeof(prefix), "%.1f / %.2f (%.0fx)", r.ttft_prefix_cold_ms.median,
                   r.ttft_cached_prefix_ms.median, r.prefix_speedup);
   }
+  // The model's file name, as in the main table (the JSON keeps the path).
+  const size_t slash = r.model.find_last_of('/');
+  const std::string name = slash == std::string::npos ? r.model : r.model.substr(slash + 1);
   char buf[1024];
   std::snprintf(
       buf, sizeof(buf),
       "| %s | %d | %d | %d | %d | %.1f (%.1f-%.1f) | %.1f | %s | %.1f | %d | %s | %.2f |\n",
-      r.model.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen,
+      name.c_str(), r.threads, r.sessions, r.n_prompt, r.n_gen,
       r.aggregate_decode_tokens_per_s.median, r.aggregate_decode_tokens_per_s.min,
       r.aggregate_decode_tokens_per_s.max, r.per_session_decode_tokens_per_s, speedup,
       r.ttft_ms.median, r.n_prefix, prefix,

@@ -306,4 +306,28 @@ class Session {
 #endif
 };
 
+// What a session file holds (docs/format.md, "Session files"), read without a model (pocket info,
+// and pocket chat resuming a conversation its context cannot hold): the header's fields, with the
+// size they imply and the checksum checked, and the user data. Nothing is compared with a model
+// here (Session::Load does that).
+struct SessionFileInfo {
+  std::string path;
+  uint32_t version = 0;
+  std::string architecture;
+  std::string base_fingerprint;
+  std::string weights_digest;
+  int64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, vocab_size = 0;
+  std::string kv_type;   // "f16", "f32" or "q8"
+  std::string adapters;  // the adapter set's name ("" for none)
+  int64_t n_tokens = 0;
+  bool has_logits = false;
+  uint64_t user_data_bytes = 0;
+  uint64_t kv_bytes = 0;  // the keys and values of the n_tokens positions
+  uint64_t file_bytes = 0;
+  std::string user_data;
+};
+// True when `path` is a file that starts as a session file does (its magic).
+bool LooksLikeSessionFile(const std::string& path);
+StatusOr<SessionFileInfo> DescribeSessionFile(const std::string& path);
+
 }  // namespace pocket

@@ -19,6 +19,8 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'O', 'C', 'K', 'E', 'T', 'S', 'S'};
 constexpr uint32_t kVersion = 1;
+// The file is checksummed and copied in chunks of this size, each let go of once read.
+constexpr size_t kChunk = size_t{4} << 20;
 
 // Bytes of the keys and values of n positions of one KV head in the file: K in whole blocks of
 // 16 positions ([head_dim][16] elements each, lanes past n zero), V rows of the n positions, and
@@ -100,7 +102,151 @@ struct CheckedWriter {
   }
 };
 
+// The header of a session file, every field read and typed (nothing compared with a model yet),
+// and where its parts are.
+struct Header {
+  SessionFileInfo info;
+  KvType kv_type = KvType::kF16;
+  std::string adapters_key;
+  size_t tokens_at = 0;  // the byte after the header
+};
+
+StatusOr<Header> ReadHeader(const std::string& path, const uint8_t* data, size_t size) {
+  auto field_error = [&](std::string_view key, const auto&... what) {
+    return InvalidArgumentError(path, ": field ", key, " ", what...);
+  };
+  if (size < sizeof kMagic + 8 + 4 || std::memcmp(data, kMagic, sizeof kMagic) != 0) {
+    return InvalidArgumentError(path, ": not a pocket session file (no POCKETSS magic)");
+  }
+  uint32_t sizes[2];
+  std::memcpy(sizes, data + sizeof kMagic, sizeof sizes);
+  if (sizes[0] != kVersion) {
+    return UnimplementedError(path, ": session file version ", sizes[0], "; this build reads ",
+                              kVersion);
+  }
+  const size_t header_at = sizeof kMagic + sizeof sizes;
+  if (sizes[1] > size - header_at - 4) {
+    return DataLossError(path, ": truncated: a header of ", sizes[1],
+                         " bytes does not fit the file's ", size);
+  }
+  nlohmann::json j = nlohmann::json::parse(data + header_at, data + header_at + sizes[1], nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!j.is_object()) return InvalidArgumentError(path, ": the header is not a JSON object");
+  auto int_field = [&](const char* key, int64_t* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) {
+      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(),
+                         ", expected an integer");
+    }
+    *out = it->get<int64_t>();
+    return Status::Ok();
+  };
+  auto string_field = [&](const char* key, std::string* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) {
+      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(), ", expected a string");
+    }
+    *out = it->get<std::string>();
+    return Status::Ok();
+  };
+  Header h;
+  SessionFileInfo& info = h.info;
+  info.path = path;
+  info.version = sizes[0];
+  info.file_bytes = size;
+  h.tokens_at = header_at + sizes[1];
+  std::string format, kv_type;
+  POCKET_RETURN_IF_ERROR(string_field("format", &format));
+  if (format != "pocket session") return field_error("format", "is \"", format, "\"");
+  POCKET_RETURN_IF_ERROR(string_field("architecture", &info.architecture));
+  POCKET_RETURN_IF_ERROR(string_field("weights_digest", &info.weights_digest));
+  POCKET_RETURN_IF_ERROR(string_field("adapters_key", &h.adapters_key));
+  POCKET_RETURN_IF_ERROR(string_field("base_fingerprint", &info.base_fingerprint));
+  POCKET_RETURN_IF_ERROR(string_field("kv_type", &kv_type));
+  POCKET_RETURN_IF_ERROR(string_field("adapters", &info.adapters));
+  if (!ParseKvType(kv_type, &h.kv_type)) {
+    return field_error("kv_type", "is \"", kv_type, "\" (expected f16, f32 or q8)");
+  }
+  info.kv_type = std::string(KvTypeName(h.kv_type));
+  const std::pair<const char*, int64_t*> shapes[] = {{"n_layers", &info.n_layers},
+                                                     {"n_kv_heads", &info.n_kv_heads},
+                                                     {"head_dim", &info.head_dim},
+                                                     {"vocab_size", &info.vocab_size}};
+  for (const auto& [key, out] : shapes) {
+    POCKET_RETURN_IF_ERROR(int_field(key, out));
+    if (*out < 1 || *out > (int64_t{1} << 24)) return field_error(key, "is ", *out);
+  }
+  int64_t user_bytes = 0;
+  POCKET_RETURN_IF_ERROR(int_field("n_tokens", &info.n_tokens));
+  POCKET_RETURN_IF_ERROR(int_field("user_data_bytes", &user_bytes));
+  auto logits_it = j.find("has_logits");
+  if (logits_it == j.end() || !logits_it->is_boolean()) {
+    return field_error("has_logits", "is missing or not a boolean");
+  }
+  info.has_logits = logits_it->get<bool>();
+  if (info.n_tokens < 0 || static_cast<uint64_t>(info.n_tokens) > size / sizeof(int32_t) ||
+      (info.has_logits && info.n_tokens == 0)) {
+    return field_error("n_tokens", "is ", info.n_tokens, info.has_logits ? " with logits" : "");
+  }
+  if (user_bytes < 0 || static_cast<uint64_t>(user_bytes) > size) {
+    return field_error("user_data_bytes", "is ", user_bytes, ", more than the file's ", size,
+                       " bytes");
+  }
+  info.user_data_bytes = static_cast<uint64_t>(user_bytes);
+  KvHeadView head;
+  head.type = h.kv_type;
+  head.head_dim = static_cast<int32_t>(info.head_dim);
+  info.kv_bytes = static_cast<uint64_t>(info.n_layers) * static_cast<uint64_t>(info.n_kv_heads) *
+                  HeadBytes(head, info.n_tokens);
+  return h;
+}
+
+// The size the header implies, then the checksum of everything before the last 4 bytes.
+Status CheckSizeAndChecksum(const Header& h, const uint8_t* data, size_t size) {
+  const SessionFileInfo& info = h.info;
+  const uint64_t expected =
+      h.tokens_at + static_cast<uint64_t>(info.n_tokens) * sizeof(int32_t) +
+      (info.has_logits ? static_cast<uint64_t>(info.vocab_size) * sizeof(float) : 0) +
+      info.user_data_bytes + info.kv_bytes + 4;
+  if (expected != size) {
+    return DataLossError(info.path, ": truncated or extended: its header describes ", expected,
+                         " bytes, the file has ", size);
+  }
+  uint32_t crc;
+  std::memcpy(&crc, data + size - 4, 4);
+  // In chunks, each let go once checked: a session of many pages costs no more than a chunk of
+  // resident memory for its mapping (the engine restores sessions within a KV budget).
+  uint32_t sum = 0;
+  for (size_t off = 0; off < size - 4; off += kChunk) {
+    const size_t len = std::min(kChunk, size - 4 - off);
+    sum = Crc32c(data + off, len, sum);
+    ReleaseMappedPages(data + off, len);
+  }
+  if (sum != crc) {
+    return DataLossError(info.path, ": corrupt: the checksum of its ", size - 4,
+                         " bytes does not match");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool LooksLikeSessionFile(const std::string& path) {
+  auto file = MappedFile::Open(path);
+  return file.ok() && (*file)->size() >= sizeof kMagic &&
+         std::memcmp((*file)->data(), kMagic, sizeof kMagic) == 0;
+}
+
+StatusOr<SessionFileInfo> DescribeSessionFile(const std::string& path) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  POCKET_ASSIGN_OR_RETURN(Header h, ReadHeader(path, file->data(), file->size()));
+  POCKET_RETURN_IF_ERROR(CheckSizeAndChecksum(h, file->data(), file->size()));
+  const uint8_t* user_at =
+      file->data() + h.tokens_at + h.info.n_tokens * static_cast<int64_t>(sizeof(int32_t)) +
+      (h.info.has_logits ? h.info.vocab_size * static_cast<int64_t>(sizeof(float)) : 0);
+  h.info.user_data.assign(reinterpret_cast<const char*>(user_at), h.info.user_data_bytes);
+  return std::move(h.info);
+}
 
 Status Session::Save(const std::string& path, std::string_view user_data) const {
   const ModelConfig& c = model_->config();
@@ -171,133 +317,60 @@ StatusOr<std::string> Session::Load(const std::string& path, uint64_t max_user_d
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   const uint8_t* data = file->data();
   const size_t size = file->size();
+  POCKET_ASSIGN_OR_RETURN(const Header header, ReadHeader(path, data, size));
+  const SessionFileInfo& info = header.info;
   auto field_error = [&](std::string_view key, const auto&... what) {
     return InvalidArgumentError(path, ": field ", key, " ", what...);
   };
-  if (size < sizeof kMagic + 8 + 4 || std::memcmp(data, kMagic, sizeof kMagic) != 0) {
-    return InvalidArgumentError(path, ": not a pocket session file (no POCKETSS magic)");
-  }
-  uint32_t sizes[2];
-  std::memcpy(sizes, data + sizeof kMagic, sizeof sizes);
-  if (sizes[0] != kVersion) {
-    return UnimplementedError(path, ": session file version ", sizes[0], "; this build reads ",
-                              kVersion);
-  }
-  const size_t header_at = sizeof kMagic + sizeof sizes;
-  if (sizes[1] > size - header_at - 4) {
-    return DataLossError(path, ": truncated: a header of ", sizes[1],
-                         " bytes does not fit the file's ", size);
-  }
-  nlohmann::json j = nlohmann::json::parse(data + header_at, data + header_at + sizes[1], nullptr,
-                                           /*allow_exceptions=*/false);
-  if (!j.is_object()) return InvalidArgumentError(path, ": the header is not a JSON object");
-  auto int_field = [&](const char* key, int64_t* out) -> Status {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer()) {
-      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(),
-                         ", expected an integer");
-    }
-    *out = it->get<int64_t>();
-    return Status::Ok();
-  };
-  auto string_field = [&](const char* key, std::string* out) -> Status {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_string()) {
-      return field_error(key, "is ", it == j.end() ? "missing" : it->dump(), ", expected a string");
-    }
-    *out = it->get<std::string>();
-    return Status::Ok();
-  };
   const ModelConfig& c = model_->config();
-  std::string format, arch, fingerprint, weights, kv_type, adapters, adapters_key;
-  POCKET_RETURN_IF_ERROR(string_field("format", &format));
-  if (format != "pocket session") return field_error("format", "is \"", format, "\"");
-  POCKET_RETURN_IF_ERROR(string_field("architecture", &arch));
-  POCKET_RETURN_IF_ERROR(string_field("weights_digest", &weights));
-  POCKET_RETURN_IF_ERROR(string_field("adapters_key", &adapters_key));
-  POCKET_RETURN_IF_ERROR(string_field("base_fingerprint", &fingerprint));
-  POCKET_RETURN_IF_ERROR(string_field("kv_type", &kv_type));
-  POCKET_RETURN_IF_ERROR(string_field("adapters", &adapters));
-  if (arch != ArchitectureName(c.arch)) {
-    return field_error("architecture", "is \"", arch, "\" but the model is ",
+  if (info.architecture != ArchitectureName(c.arch)) {
+    return field_error("architecture", "is \"", info.architecture, "\" but the model is ",
                        ArchitectureName(c.arch));
   }
   const std::pair<const char*, int64_t> shapes[] = {{"n_layers", c.n_layers},
                                                     {"n_kv_heads", c.n_kv_heads},
                                                     {"head_dim", c.head_dim},
                                                     {"vocab_size", c.vocab_size}};
-  for (const auto& [key, want] : shapes) {
-    int64_t v = 0;
-    POCKET_RETURN_IF_ERROR(int_field(key, &v));
-    if (v != want) return field_error(key, "is ", v, " but the model has ", want);
+  const int64_t saved_shapes[] = {info.n_layers, info.n_kv_heads, info.head_dim, info.vocab_size};
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    if (saved_shapes[i] != shapes[i].second) {
+      return field_error(shapes[i].first, "is ", saved_shapes[i], " but the model has ",
+                         shapes[i].second);
+    }
   }
-  if (fingerprint != BaseFingerprint(*model_)) {
-    return field_error("base_fingerprint", "is \"", fingerprint, "\" but the model's is \"",
-                       BaseFingerprint(*model_), "\": the session was saved with another model");
+  if (info.base_fingerprint != BaseFingerprint(*model_)) {
+    return field_error("base_fingerprint", "is \"", info.base_fingerprint,
+                       "\" but the model's is \"", BaseFingerprint(*model_),
+                       "\": the session was saved with another model");
   }
   auto state_error = [&](std::string_view key, const auto&... what) {
     return FailedPreconditionError(path, ": field ", key, " ", what...);
   };
-  if (weights != WeightsDigest(*model_)) {
-    return field_error("weights_digest", "is \"", weights, "\" but the model's is \"",
+  if (info.weights_digest != WeightsDigest(*model_)) {
+    return field_error("weights_digest", "is \"", info.weights_digest, "\" but the model's is \"",
                        WeightsDigest(*model_),
                        "\": the session was saved with other weights of this model (another "
                        "encoding, or adapters merged)");
   }
-  if (kv_type != KvTypeName(kv_.type())) {
-    return state_error("kv_type", "is ", kv_type, " but this session's cache is ",
-                       KvTypeName(kv_.type()), " (open it with --kv-type ", kv_type, ")");
+  if (header.kv_type != kv_.type()) {
+    return state_error("kv_type", "is ", info.kv_type, " but this session's cache is ",
+                       KvTypeName(kv_.type()), " (open it with --kv-type ", info.kv_type, ")");
   }
-  if (adapters_key != AdaptersKey(adapters_) && adapters_key != AdaptersKey(adapters_, true)) {
-    return state_error("adapters", "is \"", adapters, "\" but this session applies \"",
+  if (header.adapters_key != AdaptersKey(adapters_) &&
+      header.adapters_key != AdaptersKey(adapters_, true)) {
+    return state_error("adapters", "is \"", info.adapters, "\" but this session applies \"",
                        AdapterSetName(adapters_), "\": the keys and values depend on them");
   }
-  int64_t n = 0, user_bytes = 0;
-  POCKET_RETURN_IF_ERROR(int_field("n_tokens", &n));
-  POCKET_RETURN_IF_ERROR(int_field("user_data_bytes", &user_bytes));
-  auto logits_it = j.find("has_logits");
-  if (logits_it == j.end() || !logits_it->is_boolean()) {
-    return field_error("has_logits", "is missing or not a boolean");
-  }
-  const bool has_logits = logits_it->get<bool>();
-  if (n < 0 || (has_logits && n == 0)) {
-    return field_error("n_tokens", "is ", n, has_logits ? " with logits" : "");
-  }
-  if (user_bytes < 0 || static_cast<uint64_t>(user_bytes) > size) {
-    return field_error("user_data_bytes", "is ", user_bytes, ", more than the file's ", size,
-                       " bytes");
-  }
+  const int64_t n = info.n_tokens;
+  const int64_t user_bytes = static_cast<int64_t>(info.user_data_bytes);
+  const bool has_logits = info.has_logits;
   if (n > kv_.n_ctx()) {
     return OutOfRangeError(path, ": the saved context holds ", n,
                            " tokens; this session's context is ", kv_.n_ctx(),
                            " (open it with a larger --ctx-size)");
   }
-  // The size every field implies, then the checksum of everything before the last 4 bytes.
-  uint64_t expected = header_at + sizes[1] + static_cast<uint64_t>(n) * sizeof(int32_t) +
-                      (has_logits ? static_cast<uint64_t>(c.vocab_size) * sizeof(float) : 0) +
-                      static_cast<uint64_t>(user_bytes) + 4;
-  expected += static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.n_kv_heads) *
-              HeadBytes(kv_.head(0, 0), n);
-  if (expected != size) {
-    return DataLossError(path, ": truncated or extended: its header describes ", expected,
-                         " bytes, the file has ", size);
-  }
-  uint32_t crc;
-  std::memcpy(&crc, data + size - 4, 4);
-  // In chunks, each let go once checked: a session of many pages costs no more than a chunk of
-  // resident memory for its mapping (the engine restores sessions within a KV budget).
-  constexpr size_t kChunk = size_t{4} << 20;
-  uint32_t sum = 0;
-  for (size_t off = 0; off < size - 4; off += kChunk) {
-    const size_t len = std::min(kChunk, size - 4 - off);
-    sum = Crc32c(data + off, len, sum);
-    ReleaseMappedPages(data + off, len);
-  }
-  if (sum != crc) {
-    return DataLossError(path, ": corrupt: the checksum of its ", size - 4,
-                         " bytes does not match");
-  }
-  const uint8_t* at = data + header_at + sizes[1];
+  POCKET_RETURN_IF_ERROR(CheckSizeAndChecksum(header, data, size));
+  const uint8_t* at = data + header.tokens_at;
   for (int64_t i = 0; i < n; ++i) {
     int32_t id;
     std::memcpy(&id, at + i * static_cast<int64_t>(sizeof(int32_t)), sizeof id);

@@ -126,7 +126,20 @@ StatusOr<Script> LoadScript(const std::string& path) {
   if (!in) return NotFoundError("cannot read the script ", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseScript(ss.str(), path);
+  POCKET_ASSIGN_OR_RETURN(Script script, ParseScript(ss.str(), path));
+  // A recording that is not there is the script's error, found before anything is loaded.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (const ScriptTurn& t : script.turns) {
+    if (t.file.empty()) continue;
+    const std::filesystem::path file = dir / t.file;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      return NotFoundError(
+          path, ":", t.line, ": the recording ", file.string(),
+          std::filesystem::exists(file, ec) ? " is not a file" : " does not exist");
+    }
+  }
+  return script;
 }
 
 StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Script& script,
@@ -152,7 +165,9 @@ StatusOr<ScriptResult> RunScript(std::shared_ptr<const Model> model, const Scrip
     const ScriptTurn& t = script.turns[i];
     if (!t.file.empty()) {
       const std::string path = (dir / t.file).string();
-      POCKET_ASSIGN_OR_RETURN(Audio a, ReadAudioFile(path));
+      StatusOr<Audio> read = ReadAudioFile(path);
+      if (!read.ok()) return read.status().WithContext(StrCat(script_path, ":", t.line));
+      Audio a = std::move(*read);
       audio.push_back(a.rate == kAsrRate ? std::move(a) : Resample(a, kAsrRate));
     } else {
       POCKET_ASSIGN_OR_RETURN(Audio a, synthesize(t.text));

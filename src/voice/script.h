@@ -37,6 +37,8 @@ struct Script {
 
 // Parses a script; errors name the file and line.
 StatusOr<Script> ParseScript(std::string_view text, const std::string& path);
+// Reads and parses a script, and checks that each turn's recording is there (an error names the
+// script's file and line); RunScript's errors reading a recording name them too.
 StatusOr<Script> LoadScript(const std::string& path);
 
 struct ScriptRunOptions {

@@ -2,7 +2,8 @@
 // continued gives the tokens of one never interrupted, reusing the saved keys and values (the
 // continuation evaluates only what is new); every KV type; a file of another model, KV type,
 // adapter set or context, a truncated or damaged file, are errors that name the file and the
-// field and leave the session as it was. Uses the real stories260K model.
+// field and leave the session as it was; DescribeSessionFile reads a file without the model. Uses
+// the real stories260K model.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -116,6 +117,40 @@ TEST(SessionFileTest, AnEmptySessionRoundTrips) {
   ASSERT_TRUE(user.ok()) << user.status().ToString();
   EXPECT_EQ(*user, "");
   EXPECT_TRUE(b->history().empty());
+}
+
+TEST(SessionFileTest, DescribeReadsAFileWithoutTheModel) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  const std::string path = Dir() + "/describe.session";
+  for (KvType type : {KvType::kF16, KvType::kQ8}) {
+    auto a = NewSession(model, type);
+    ASSERT_TRUE(a->Generate(kFirst, Greedy(5)).ok());
+    ASSERT_TRUE(a->Save(path, "user data").ok());
+    EXPECT_TRUE(LooksLikeSessionFile(path));
+    auto info = DescribeSessionFile(path);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->architecture, "llama");
+    EXPECT_EQ(info->kv_type, KvTypeName(type));
+    EXPECT_EQ(info->n_tokens, static_cast<int64_t>(a->history().size()));
+    EXPECT_EQ(info->n_layers, model->config().n_layers);
+    EXPECT_EQ(info->vocab_size, model->config().vocab_size);
+    EXPECT_TRUE(info->has_logits);
+    EXPECT_EQ(info->user_data, "user data");
+    EXPECT_EQ(info->file_bytes, std::filesystem::file_size(path));
+    EXPECT_GT(info->kv_bytes, 0u);
+  }
+  // The checksum is checked.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-40, std::ios::end);
+    f.put('\x5a');
+  }
+  auto damaged = DescribeSessionFile(path);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find("checksum"), std::string::npos)
+      << damaged.status().ToString();
+  EXPECT_FALSE(LooksLikeSessionFile(kStories));
 }
 
 // Loads `path` into a session holding a context; expects an error naming every needle, and the

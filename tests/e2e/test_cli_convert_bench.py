@@ -9,7 +9,8 @@
   --weights int8 nearly all do).
 - Progress on a non-terminal is at most a line per 10% (plus the final line).
 - bench -t 0 runs with every hardware thread and says so in --json; bench -p 0 measures decode
-  alone (the prefill fields are null).
+  alone (the prefill fields are null); --no-ceilings leaves the ceilings' columns "-" (null in
+  --json); --sessions announces every run before 100% and names the model by its file name.
 - --help of both commands describes every option and ends with examples; contradicting or
   missing options exit 2.
 Bench runs are tiny (a synthetic model, few tokens, one repetition, no ceilings): no timing is
@@ -212,6 +213,51 @@ class Bench(unittest.TestCase):
             p = pocket("bench", "-m", self.model, *args, check=False)
             self.assertEqual(p.returncode, 2, f"{args}: {p.stderr}")
             self.assertIn(word, p.stderr)
+
+    def test_no_ceilings_leaves_their_columns_empty(self):
+        """Issue 44: with --no-ceilings the bandwidth, roofline, int8 peak and prefill % columns
+        showed 0.0 / 0% and the JSON 0.0: not measured is "-" and null."""
+        r = json_lines(self.bench("-t", 1, "-p", 8, "-n", 4, "--json").stdout)[0]
+        for key in ("memory_bandwidth_gbps", "decode_roofline_tokens_per_s",
+                    "decode_roofline_fraction", "memory_bandwidth_prefetched_gbps",
+                    "decode_prefetched_roofline_fraction", "int8_peak_gmacs",
+                    "prefill_compute_fraction"):
+            self.assertIsNone(r[key], key)
+        # The model's own figures do not depend on the ceilings.
+        self.assertGreater(r["decode_bytes_per_token"], 0)
+        self.assertGreater(r["prefill_macs_per_token"], 0)
+        table = self.bench("-t", 1, "-p", 8, "-n", 4).stdout
+        lines = [l for l in table.splitlines() if l.startswith("| ")]
+        header = [c.strip() for c in lines[0].split("|")[1:-1]]
+        cells = dict(zip(header, [c.strip() for c in lines[1].split("|")[1:-1]]))
+        print(cells)
+        self.assertEqual(cells["model"], "bench-tiny.gguf")
+        for column in ("bandwidth GB/s", "decode roofline t/s", "roofline %",
+                       "prefetched read GB/s (%)", "int8 peak GMAC/s", "prefill %"):
+            self.assertEqual(cells[column], "-", column)
+        self.assertNotEqual(cells["tg t/s"], "-")
+
+    def test_sessions_progress_announces_every_run(self):
+        """Issue 44: with --sessions 1,2,4 the progress reached 100% while announcing the
+        2-session run and never announced the 4-session one (the prefix-cache steps were not
+        counted); the sessions table showed the model's full path where the main table shows
+        its file name."""
+        out = self.bench("-t", 1, "-p", 4, "-n", 2, "--sessions", "1,2,4", "--prefix-tokens", 32)
+        lines = [l for l in out.stderr.splitlines() if l.startswith("pocket bench:")]
+        print("\n".join(lines))
+        for run in ("warm-up", "run 1/1"):
+            self.assertEqual(len([l for l in lines if f"{run}: time to first token" in l]), 1)
+            for n in (1, 2, 4):
+                self.assertEqual(len([l for l in lines if f"{run}: {n} session(s)" in l]), 1,
+                                 (run, n))
+        # 100% once, at the end.
+        self.assertEqual([l for l in lines if "100%" in l], [lines[-1]])
+        self.assertIn("done", lines[-1])
+        rows = [l for l in out.stdout.splitlines()
+                if l.startswith("| ") and not l.startswith("| model")]
+        self.assertEqual(len(rows), 3, out.stdout)
+        for row in rows:
+            self.assertEqual(row.split("|")[1].strip(), "bench-tiny.gguf", row)
 
     def test_non_tty_progress_is_bounded(self):
         out = self.bench("-p", 1, "-n", 1, "-r", 30, "-t", "1,1")  # 64 steps

@@ -1,14 +1,31 @@
 """pocket tokenize (JSON Lines in, ids out; llama.cpp's Qwen2 vectors through the CLI), pocket info
-on a model with the real Qwen3 tokenizer, pocket chat keeping the KV cache between turns, and
-pocket chat --session resuming a conversation across runs."""
+on a model with the real Qwen3 tokenizer, on a saved session, a tokenizer.json and an adapter's
+config, pocket chat keeping the KV cache between turns, and pocket chat --session resuming a
+conversation across runs (also with a smaller context, which drops the oldest turns)."""
 import json
 import os
 import shutil
 import re
+import struct
 import subprocess
 import unittest
 
 from harness import (POCKET, QWEN3_TOKENIZER, SHARED, main_unittest, make_model, pocket, require)
+
+
+def read_session(path):
+    """A session file's header and pocket chat's messages, read by the layout of docs/format.md
+    ("Session files"), not by pocket."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"POCKETSS", path
+    _, header_bytes = struct.unpack_from("<II", data, 8)
+    header = json.loads(data[16:16 + header_bytes])
+    at = 16 + header_bytes + 4 * header["n_tokens"]
+    if header["has_logits"]:
+        at += 4 * header["vocab_size"]
+    user = json.loads(data[at:at + header["user_data_bytes"]])
+    return header, user["messages"]
 
 
 class TokenizeAndChat(unittest.TestCase):
@@ -133,6 +150,102 @@ class TokenizeAndChat(unittest.TestCase):
         self.assertEqual(p.returncode, 1, err)
         self.assertTrue(out.strip(), err)  # the reply came; only its save failed
         self.assertIn("chat-save-fails", err)
+
+    def test_info_describes_sessions_tokenizers_and_adapter_configs(self):
+        """Issue 44: pocket info on a session file, a tokenizer.json or a PEFT adapter's
+        adapter_config.json said "not a model file pocket knows"."""
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        path = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-info.session")
+        if os.path.exists(path):
+            os.remove(path)
+        chat = subprocess.run([POCKET, "chat", "-m", model, "-n", "4", "--temp", "0", "--system",
+                               "Be brief.", "--session", path], input="hello there\n/exit\n",
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(chat.returncode, 0, chat.stderr)
+        model_info = json.loads(pocket("info", model, "--json").stdout)
+        info = json.loads(pocket("info", path, "--json").stdout)
+        print(info)
+        self.assertEqual(info["kind"], "session")
+        self.assertEqual(info["architecture"], "qwen3")
+        for key in ("n_layers", "n_kv_heads", "head_dim", "vocab_size"):
+            self.assertEqual(info[key], model_info[key], key)
+        self.assertEqual(info["kv_type"], "f16")
+        self.assertEqual(info["adapters"], "")
+        self.assertGreater(info["n_tokens"], 8)
+        self.assertEqual(info["chat_messages"], ["system", "user", "assistant"])
+        self.assertEqual(info["file_bytes"], os.path.getsize(path))
+        text = pocket("info", path).stdout
+        print(text)
+        self.assertIn(f"session:      {path}", text)
+        self.assertIn(f"{info['n_tokens']} tokens", text)
+        self.assertIn("3 messages (1 system, 1 user, 1 assistant)", text)
+        # A damaged session is an error naming it.
+        with open(path, "r+b") as f:
+            f.seek(-10, os.SEEK_END)
+            f.write(b"\x00\x01")
+        bad = pocket("info", path, check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("checksum", bad.stderr)
+
+        tok = json.loads(pocket("info", QWEN3_TOKENIZER, "--json").stdout)
+        print({k: v for k, v in tok.items() if k != "special_tokens"})
+        self.assertEqual(tok["kind"], "tokenizer")
+        self.assertEqual(tok["type"], "byte-level BPE")
+        self.assertEqual(tok["vocab_size"], 151669)
+        self.assertEqual(tok["n_added_tokens"], 26)
+        self.assertEqual(tok["eos"], {"id": 151645, "text": "<|im_end|>"})
+        self.assertIsNone(tok["bos"])
+        self.assertIn({"id": 151644, "text": "<|im_start|>"}, tok["special_tokens"])
+        self.assertEqual(tok["chat_template"], "qwen3")
+        text = pocket("info", QWEN3_TOKENIZER).stdout
+        self.assertIn("151669 tokens", text)
+        self.assertIn("<|im_start|> 151644", text)
+        not_tok = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "not-tokenizer.json")
+        with open(not_tok, "w") as f:
+            f.write('{"architectures": ["Qwen3ForCausalLM"]}\n')
+        bad = pocket("info", not_tok, check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("not a tokenizer.json", bad.stderr)
+
+        adapter = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-info-lora")
+        if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
+            pocket("make-adapter", "-m", model, "--rank", "4", "-o", adapter)
+        a = json.loads(pocket("info", os.path.join(adapter, "adapter_config.json"),
+                              "--json").stdout)
+        self.assertEqual((a["kind"], a["format"], a["max_rank"]), ("lora_adapter", "peft", 4))
+
+    def test_chat_resumed_with_a_smaller_context_drops_old_turns(self):
+        """Issue 44: resuming a --session with a -c smaller than the saved conversation was an
+        error, where the docs promise that the oldest turns are dropped (never the system
+        message)."""
+        model = make_model("chat-tiny.gguf", extra=("--tokenizer", QWEN3_TOKENIZER))
+        args = [POCKET, "chat", "-m", model, "-n", "8", "--temp", "0", "--system", "Be brief."]
+        path = os.path.join(os.environ.get("POCKET_WORK_DIR", "/tmp"), "chat-smaller.session")
+        if os.path.exists(path):
+            os.remove(path)
+        first = subprocess.run(args + ["--session", path],
+                               input="hello there\nhow are you today\nwhat is the time\n/exit\n",
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        header, messages = read_session(path)
+        self.assertEqual(len(messages), 7)
+        n_ctx = 64
+        self.assertGreater(header["n_tokens"], n_ctx)
+        second = subprocess.run(args + ["-c", str(n_ctx), "--session", path],
+                                input="and one more\n/exit\n", capture_output=True, text=True,
+                                timeout=300)
+        print(second.stderr)
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertIn(f"do not fit the context of {n_ctx}", second.stderr)
+        self.assertRegex(second.stderr, r"dropped the \d+ oldest messages")
+        self.assertTrue(second.stdout.strip(), "no reply")
+        # Saved again: what fitted, the system message first and the new turn last.
+        header, messages = read_session(path)
+        self.assertLessEqual(header["n_tokens"], n_ctx)
+        self.assertEqual(messages[0], {"role": "system", "content": "Be brief."})
+        self.assertEqual(messages[-2], {"role": "user", "content": "and one more"})
+        self.assertEqual(messages[-1]["role"], "assistant")
+        self.assertLess(len(messages), 9)
 
     def test_run_chat_rejects_models_without_a_template(self):
         model = make_model("errors-tiny.gguf")

@@ -178,6 +178,33 @@ class VoiceTest(unittest.TestCase):
         self.assertEqual(bad.returncode, 1)
         self.assertIn("broken.script:2", bad.stderr)
 
+    def test_summary_without_barge_in_and_a_missing_recording(self):
+        """Issue 44: a conversation without a barge-in printed "barge-in: P50 0 ms (0)" (0 in
+        --json), as if one had been measured at 0 ms: "-" and null; a turn naming a WAV that is
+        not there was an error without the script's line."""
+        folder = work_path("voice-summary")
+        os.makedirs(folder, exist_ok=True)
+        script = os.path.join(folder, "one.script")
+        with open(script, "w") as f:
+            f.write("noise off\nat 0.2: please set a timer for ten minutes\n")
+        p = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--script", script,
+                   "--virtual-clock", "-t", "2")
+        summary = p.stdout.splitlines()[-1]
+        print(summary)
+        self.assertIn("(1 replies); barge-in: -;", summary)
+        self.assertRegex(summary, r"^first audio: P50 \d+ ms, P90 \d+ ms \(1 replies\)")
+        r = voice(script)
+        self.assertEqual(r["barge_ins"], 0)
+        self.assertIsNone(r["barge_in_ms_p50"])
+        self.assertGreater(r["first_audio_ms_p50"], 0)
+        with open(script, "w") as f:
+            f.write("noise off\nat 0.2: hello there\n\nafter 0.5: [nowhere.wav] what is it\n")
+        bad = pocket("voice", "-m", STORIES, "--tokenizer", STORIES_TOK, "--script", script,
+                     "--virtual-clock", check=False)
+        self.assertEqual(bad.returncode, 1, bad.stderr)
+        self.assertIn(f"{script}:4", bad.stderr)
+        self.assertIn("nowhere.wav", bad.stderr)
+
     def test_live_from_a_recording_and_through_alsa(self):
         """A live conversation (no script): a recording as the microphone, the reply to a WAV
         file; then the same audio through ALSA (capture from alsa-lib's file plugin reading it,
