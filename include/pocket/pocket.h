@@ -14,6 +14,12 @@
  * A NULL params pointer means the defaults (the matching *_default_params()); start from those
  * functions rather than zeroed structs, since zero is not every field's default.
  *
+ * Versions. POCKET_VERSION_MAJOR, _MINOR, _PATCH and POCKET_VERSION_STRING
+ * (pocket/pocket_version.h) are the version of the header the app is compiled with,
+ * pocket_version() that of the library it runs with. A release that breaks binary compatibility
+ * changes the libraries' SONAME (the ABI version: libpocket.so.0.MINOR before 1.0, then
+ * libpocket.so.MAJOR), so an app is never loaded with a library it does not fit.
+ *
  * Special tokens. Text from the caller (prompts, message contents, candidates) is tokenized with
  * special-token strings such as "<|im_end|>" read as plain text unless parse_special is true, so
  * user input cannot inject control tokens. A chat template's own control tokens are always
@@ -24,6 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "pocket/pocket_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,6 +81,7 @@ typedef struct pocket_chat_message {
   const char* content; /* UTF-8, NUL-terminated */
 } pocket_chat_message;
 
+/* The library's version, "MAJOR.MINOR.PATCH" (the header's is POCKET_VERSION_STRING). */
 POCKET_API const char* pocket_version(void);
 POCKET_API const char* pocket_status_name(pocket_status status);
 

@@ -2,9 +2,14 @@
  * libpocket.so so that the core library carries no speech engines). Capture goes in as 16 kHz
  * mono 16-bit PCM in pieces of any size; every 10 ms of it advances the pipeline (WebRTC VAD,
  * pocketsphinx, the model's chat turn, segmenter, flite / espeak-ng, barge-in) and leaves 10 ms of
- * playback (sink_rate) to pull. Events arrive as JSON objects through a callback. Errors and
- * statuses as in pocket.h. A pocket_voice is used by one thread at a time, except
- * pocket_voice_busy and pocket_voice_stop, which any thread may call, the event callback too. */
+ * playback (sink_rate) to pull. Events arrive as JSON objects through a callback. Errors,
+ * statuses and versions as in pocket.h. A pocket_voice is used by one thread at a time, except
+ * pocket_voice_busy and pocket_voice_stop, which any thread may call, the event callback too.
+ *
+ * Linking: libpocket_voice.so holds all that an app using this header calls, pocket_version and
+ * pocket_status_name of pocket.h included, so such an app links it alone (-lpocket_voice, or
+ * `pkg-config --cflags --libs pocket_voice`); an app that also uses the rest of pocket.h (models,
+ * sessions) links libpocket.so too (`pkg-config --cflags --libs pocket_voice pocket`). */
 #ifndef POCKET_POCKET_VOICE_H_
 #define POCKET_POCKET_VOICE_H_
 

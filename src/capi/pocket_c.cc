@@ -127,16 +127,6 @@ pocket::Status CheckConstraintFields(const pocket_generate_params& p) {
 
 extern "C" {
 
-const char* pocket_version(void) {
-  return "0.1.0";
-}
-
-const char* pocket_status_name(pocket_status status) {
-  if (status == POCKET_ERR_BUFFER_TOO_SMALL) return "BufferTooSmall";
-  // The names are string literals, so the view's data is NUL-terminated.
-  return pocket::StatusCodeName(static_cast<pocket::StatusCode>(status)).data();
-}
-
 pocket_model_params pocket_model_default_params(void) {
   return pocket_model_params{nullptr};
 }

@@ -3,7 +3,7 @@
  * thread and before a call, seeds, thread counts, report errors, score candidates; with
  * HEAD_MODEL (a .pocket with a classification head), classify; with CHAT_MODEL (a model with the
  * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
- * parse_special in generate, score and classify.
+ * parse_special in generate, score and classify. Also the version macros against the library.
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -670,10 +670,22 @@ static void test_adapters(const char* model_path, const char* tokenizer, const c
   pocket_model_free(model);
 }
 
+/* The header's version is the library's: the macros, their string and pocket_version(). */
+static void test_version(void) {
+  char macros[64];
+  snprintf(macros, sizeof(macros), "%d.%d.%d", POCKET_VERSION_MAJOR, POCKET_VERSION_MINOR,
+           POCKET_VERSION_PATCH);
+  CHECK(strcmp(macros, POCKET_VERSION_STRING) == 0, "macros %s, string %s", macros,
+        POCKET_VERSION_STRING);
+  CHECK(strcmp(pocket_version(), POCKET_VERSION_STRING) == 0, "library %s, header %s",
+        pocket_version(), POCKET_VERSION_STRING);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
   printf("pocket %s\n", pocket_version());
+  test_version();
 
   /* Errors are values with messages. */
   pocket_model* bad = NULL;

@@ -1,0 +1,47 @@
+/* A program that uses only <pocket/pocket_voice.h> (and what it declares from pocket.h:
+ * pocket_version, pocket_status_name), built against an installed tree and linked with
+ * libpocket_voice alone (-lpocket_voice, no -lpocket): it must link and run. It checks the
+ * version and an error of pocket_voice_create; no model is loaded. Usage: voice_link_test */
+#include <pocket/pocket_voice.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "voice_link_test:%d: FAILED: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                         \
+      fprintf(stderr, "\n");                                                \
+      ++failures;                                                           \
+    }                                                                       \
+  } while (0)
+
+int main(void) {
+  char version[64];
+  snprintf(version, sizeof(version), "%d.%d.%d", POCKET_VERSION_MAJOR, POCKET_VERSION_MINOR,
+           POCKET_VERSION_PATCH);
+  CHECK(strcmp(pocket_version(), POCKET_VERSION_STRING) == 0 &&
+            strcmp(version, POCKET_VERSION_STRING) == 0,
+        "library %s, header %s, macros %s", pocket_version(), POCKET_VERSION_STRING, version);
+  printf("pocket %s\n", pocket_version());
+
+  pocket_error err;
+  pocket_voice* voice = NULL;
+  const char* missing = "/nonexistent/voice-model.gguf";
+  pocket_voice_params p = pocket_voice_default_params();
+  CHECK(p.hangover_ms == 300 && p.max_tokens == 48, "defaults %d %d", (int)p.hangover_ms,
+        (int)p.max_tokens);
+
+  /* An invalid field is refused before the model loads, and named. */
+  p.hangover_ms = 1;
+  pocket_status st = pocket_voice_create(missing, &p, &voice, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && voice == NULL &&
+            strstr(err.message, "hangover_ms") != NULL,
+        "hangover_ms 1 gave %s: %s", pocket_status_name(st), err.message);
+  CHECK(strcmp(pocket_status_name(st), "InvalidArgument") == 0, "name %s", pocket_status_name(st));
+
+  if (failures > 0) return 1;
+  printf("voice_link_test: OK\n");
+  return 0;
+}
