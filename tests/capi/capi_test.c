@@ -3,7 +3,9 @@
  * thread and before a call, seeds, thread counts, report errors, score candidates; with
  * HEAD_MODEL (a .pocket with a classification head), classify; with CHAT_MODEL (a model with the
  * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
- * parse_special in generate, score and classify. Also the version macros against the library.
+ * parse_special in generate, score and classify. Also the version macros against the library,
+ * struct_size (an older app's smaller struct gets defaults, a newer app's larger one and a zeroed
+ * one are refused).
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -681,6 +683,93 @@ static void test_version(void) {
         pocket_version(), POCKET_VERSION_STRING);
 }
 
+/* struct_size: the defaults set it to the app's sizeof; fields past a smaller struct_size (an app
+ * compiled against an older header) are the library's defaults, however wrong the bytes there;
+ * a larger one (a newer header than the library) and a zeroed struct are refused, naming it. */
+static void test_struct_size(const pocket_model* model, pocket_session* session, const char* text) {
+  pocket_error err;
+  pocket_generate_params gp = pocket_generate_default_params();
+  CHECK(gp.struct_size == sizeof(gp), "struct_size %zu, sizeof %zu", gp.struct_size, sizeof(gp));
+  pocket_session_params sp = pocket_session_default_params();
+  CHECK(sp.struct_size == sizeof(sp) && sp.n_ctx > 0, "session params");
+  CHECK(pocket_model_default_params().struct_size == sizeof(pocket_model_params) &&
+            pocket_score_default_params().struct_size == sizeof(pocket_score_params) &&
+            pocket_classify_default_params().struct_size == sizeof(pocket_classify_params),
+        "struct_size of the defaults");
+  /* pocket_X_params_init with a larger struct (a binding's newer one): the known fields get their
+   * defaults and the bytes beyond them are zeroed. */
+  pocket_generate_params two[2]; /* a struct of twice the size the library knows */
+  const unsigned char* bytes = (const unsigned char*)two;
+  memset(two, 0xab, sizeof(two));
+  pocket_generate_params_init(&two[0], sizeof(two));
+  CHECK(two[0].struct_size == sizeof(two) && two[0].max_tokens == gp.max_tokens &&
+            two[0].top_p == gp.top_p && two[0].seed == POCKET_SEED_RANDOM,
+        "init of a larger struct");
+  for (size_t i = sizeof(two[0]); i < sizeof(two); ++i) {
+    CHECK(bytes[i] == 0, "init left byte %zu of a larger struct at %d", i, (int)bytes[i]);
+  }
+
+  /* Older app: max_tokens and temperature within struct_size, top_p (0: invalid) and spec
+   * ("oracle": unknown) past it, so the defaults apply. */
+  gp.max_tokens = 3;
+  gp.temperature = 0.0f;
+  gp.top_p = 0.0f;
+  gp.spec = "oracle";
+  pocket_generate_result r;
+  pocket_status st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "top_p 0 within struct_size gave %d", (int)st);
+  gp.struct_size = offsetof(pocket_generate_params, top_k);
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK, "a struct ending before top_k: %s", err.message);
+  CHECK(r.n_generated_tokens >= 1 && r.n_generated_tokens <= 3,
+        "max_tokens 3 within struct_size gave %d tokens", r.n_generated_tokens);
+  /* A struct_size that cuts a field: that field is not read either. */
+  gp.struct_size = offsetof(pocket_generate_params, top_p) + 1;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK, "a struct cutting top_p: %s", err.message);
+  sp.n_ctx = 64;
+  sp.n_threads = -5; /* invalid if read */
+  sp.struct_size = offsetof(pocket_session_params, n_threads);
+  pocket_session* older = NULL;
+  st = pocket_session_create(model, &sp, &older, &err);
+  CHECK(st == POCKET_OK && pocket_session_n_threads(older) > 0,
+        "a session struct ending before n_threads: %s", err.message);
+  pocket_session_free(older);
+
+  /* Newer app, or a zeroed struct: refused, naming struct_size, before anything runs. */
+  gp = pocket_generate_default_params();
+  gp.struct_size = sizeof(gp) + 8;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL &&
+            strstr(err.message, "newer") != NULL,
+        "a larger struct_size gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  memset(&gp, 0, sizeof(gp));
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL,
+        "a zeroed struct gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  pocket_session_params zs;
+  memset(&zs, 0, sizeof(zs));
+  st = pocket_session_create(model, &zs, &older, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && older == NULL && strstr(err.message, "struct_size"),
+        "a zeroed session struct gave %d: %s", (int)st, err.message);
+  pocket_score_params scp = pocket_score_default_params();
+  scp.struct_size = sizeof(scp) + 8;
+  const char* cands[] = {" a", " b"};
+  pocket_candidate_score scores[2];
+  st = pocket_score(session, text, &scp, cands, 2, scores, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "pocket_score_params"),
+        "a larger score struct_size gave %d: %s", (int)st, err.message);
+  pocket_classify_params clp = pocket_classify_default_params();
+  clp.struct_size = 0;
+  pocket_label_score labels[4];
+  size_t n_labels = 0;
+  st = pocket_classify(session, text, &clp, labels, 4, &n_labels, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "pocket_classify_params"),
+        "classify with a zeroed struct_size gave %d: %s", (int)st, err.message);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
@@ -926,6 +1015,7 @@ int main(int argc, char** argv) {
   printf("expected error: %s\n", err.message);
 
   test_empty_constraints(session, text);
+  test_struct_size(model, session, text);
   test_candidate_rule(session, model);
   test_no_chat_template(model, session);
   test_cancel(session, text);

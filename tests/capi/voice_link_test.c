@@ -1,7 +1,8 @@
 /* A program that uses only <pocket/pocket_voice.h> (and what it declares from pocket.h:
  * pocket_version, pocket_status_name), built against an installed tree and linked with
  * libpocket_voice alone (-lpocket_voice, no -lpocket): it must link and run. It checks the
- * version and an error of pocket_voice_create; no model is loaded. Usage: voice_link_test */
+ * version and the struct_size rules of pocket_voice_params; no model is loaded. Usage:
+ * voice_link_test */
 #include <pocket/pocket_voice.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,16 +31,36 @@ int main(void) {
   pocket_voice* voice = NULL;
   const char* missing = "/nonexistent/voice-model.gguf";
   pocket_voice_params p = pocket_voice_default_params();
+  CHECK(p.struct_size == sizeof(p), "struct_size %zu, sizeof %zu", p.struct_size, sizeof(p));
   CHECK(p.hangover_ms == 300 && p.max_tokens == 48, "defaults %d %d", (int)p.hangover_ms,
         (int)p.max_tokens);
 
-  /* An invalid field is refused before the model loads, and named. */
+  /* A field within struct_size is read (an invalid one is refused before the model loads) ... */
   p.hangover_ms = 1;
   pocket_status st = pocket_voice_create(missing, &p, &voice, &err);
   CHECK(st == POCKET_ERR_INVALID_ARGUMENT && voice == NULL &&
             strstr(err.message, "hangover_ms") != NULL,
         "hangover_ms 1 gave %s: %s", pocket_status_name(st), err.message);
   CHECK(strcmp(pocket_status_name(st), "InvalidArgument") == 0, "name %s", pocket_status_name(st));
+  /* ... one past it is not: an app compiled against an older header, whose struct ended before
+   * hangover_ms, gets its default. */
+  p.struct_size = offsetof(pocket_voice_params, hangover_ms);
+  st = pocket_voice_create(missing, &p, &voice, &err);
+  CHECK(st == POCKET_ERR_IO, "a struct ending before hangover_ms gave %s: %s",
+        pocket_status_name(st), err.message);
+
+  /* An app compiled against a newer header (a larger struct) or a zeroed struct: refused,
+   * naming struct_size. */
+  p = pocket_voice_default_params();
+  p.struct_size = sizeof(p) + 8;
+  st = pocket_voice_create(missing, &p, &voice, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL,
+        "a larger struct_size gave %s: %s", pocket_status_name(st), err.message);
+  printf("expected error: %s\n", err.message);
+  memset(&p, 0, sizeof(p));
+  st = pocket_voice_create(missing, &p, &voice, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL,
+        "a zeroed struct gave %s: %s", pocket_status_name(st), err.message);
 
   if (failures > 0) return 1;
   printf("voice_link_test: OK\n");
