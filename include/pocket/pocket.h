@@ -29,6 +29,9 @@
  * the library's defaults for the fields it knows, zeros for the others, struct_size set.
  * The other structs (results, scores, messages, pocket_error) change only with the ABI version.
  *
+ * Files. A path that does not exist (a model, a tokenizer, an adapter, a saved session) is
+ * POCKET_ERR_NOT_FOUND naming it; one that exists but cannot be read is POCKET_ERR_IO.
+ *
  * Special tokens. Text from the caller (prompts, message contents, candidates) is tokenized with
  * special-token strings such as "<|im_end|>" read as plain text unless parse_special is true, so
  * user input cannot inject control tokens. A chat template's own control tokens are always
@@ -70,14 +73,14 @@ extern "C" {
 typedef enum pocket_status {
   POCKET_OK = 0,
   POCKET_ERR_INVALID_ARGUMENT = 1,
-  POCKET_ERR_NOT_FOUND = 2,
+  POCKET_ERR_NOT_FOUND = 2,     /* e.g. a model file that does not exist */
   POCKET_ERR_DATA_LOSS = 3,     /* corrupt or truncated file */
   POCKET_ERR_UNIMPLEMENTED = 4, /* valid input pocket does not support */
   POCKET_ERR_OUT_OF_RANGE = 5,  /* e.g. a prompt longer than the context */
   POCKET_ERR_RESOURCE_EXHAUSTED = 6,
   POCKET_ERR_CANCELLED = 7,
   POCKET_ERR_FAILED_PRECONDITION = 8,
-  POCKET_ERR_IO = 9,
+  POCKET_ERR_IO = 9, /* the operating system refused (a file that exists but cannot be read) */
   POCKET_ERR_INTERNAL = 10,
   POCKET_ERR_BUFFER_TOO_SMALL = 11 /* the *_needed output says how much is needed */
 } pocket_status;
@@ -338,7 +341,8 @@ POCKET_INLINE pocket_generate_params pocket_generate_default_params(void) {
  * exactly one of the two. Special-token strings in the text are plain text unless
  * params->parse_special. The KV cache of the previous call is reused for the common prefix.
  * A pending pocket_session_cancel makes the call return POCKET_OK at once with stop reason
- * POCKET_STOP_CANCELLED. `result` may be NULL. */
+ * POCKET_STOP_CANCELLED. `result` may be NULL; every call first sets all of it to zero, so after an
+ * error it holds no figures of an earlier call. */
 POCKET_API pocket_status pocket_generate(pocket_session* session, const char* prompt,
                                          const pocket_generate_params* params,
                                          pocket_text_callback on_text, void* user_data,

@@ -53,7 +53,8 @@ POCKET_INLINE pocket_voice_params pocket_voice_default_params(void) {
   pocket_voice_params_init(&params, sizeof(params));
   return params;
 }
-/* Loads the model (as pocket_model_load) and the speech engines. */
+/* Loads the model (as pocket_model_load: a missing file is POCKET_ERR_NOT_FOUND) and the speech
+ * engines. */
 POCKET_API pocket_status pocket_voice_create(const char* model_path,
                                              const pocket_voice_params* params,
                                              pocket_voice** out_voice, pocket_error* err);

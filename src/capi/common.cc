@@ -1,12 +1,27 @@
-// pocket_version and pocket_status_name, compiled into both C libraries (libpocket.so,
-// libpocket_voice.so) so that an app using only pocket_voice.h links libpocket_voice alone.
-#include "pocket/pocket.h"
+#include "capi/common.h"
 
-#include "base/status.h"
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "pocket/pocket.h"
 
 #ifndef POCKET_BUILDING_LIBRARY
 #error "src/capi/CMakeLists.txt defines POCKET_BUILDING_LIBRARY (POCKET_API exports, not imports)"
 #endif
+
+namespace pocket::capi {
+
+Status CheckPathExists(const char* path, std::string_view what) {
+  struct stat st {};
+  if (path == nullptr || ::stat(path, &st) == 0) return Status::Ok();
+  if (errno == ENOENT || errno == ENOTDIR) {
+    return NotFoundError(what, " ", path, ": no such file or directory");
+  }
+  return Status::Ok();
+}
+
+}  // namespace pocket::capi
 
 extern "C" {
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "capi/chat_prompt.h"
+#include "capi/common.h"
 #include "capi/params.h"
 #include "model/adapter.h"
 #include "pocket/pocket.h"
@@ -268,8 +269,14 @@ pocket_status pocket_model_load(const char* path, const pocket_model_params* par
     *out_model = nullptr;
     pocket_model_params p;
     if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
+    if (auto s = pocket::capi::CheckPathExists(path, "model"); !s.ok()) return Report(err, s);
     pocket::LoadOptions options;
-    if (p.tokenizer_path != nullptr) options.tokenizer_path = p.tokenizer_path;
+    if (p.tokenizer_path != nullptr) {
+      if (auto s = pocket::capi::CheckPathExists(p.tokenizer_path, "tokenizer"); !s.ok()) {
+        return Report(err, s);
+      }
+      options.tokenizer_path = p.tokenizer_path;
+    }
     auto model = pocket::Model::Load(path, options);
     if (!model.ok()) return Report(err, model.status());
     *out_model = new pocket_model{std::move(*model)};
@@ -443,6 +450,9 @@ pocket_status pocket_session_load(pocket_session* session, const char* path, voi
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "session and path must not be NULL, nor user_data when capacity > 0");
     }
+    if (auto s = pocket::capi::CheckPathExists(path, "saved session"); !s.ok()) {
+      return Report(err, s);
+    }
     uint64_t needed = UINT64_MAX;
     auto data = session->session->Load(path, capacity, &needed);
     if (needed != UINT64_MAX && n_user_data != nullptr) *n_user_data = static_cast<size_t>(needed);
@@ -463,6 +473,7 @@ pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model, path and out_adapter must not be NULL");
     }
     *out_adapter = nullptr;
+    if (auto s = pocket::capi::CheckPathExists(path, "adapter"); !s.ok()) return Report(err, s);
     auto a = pocket::LoraAdapter::Load(path, *model->model);
     if (!a.ok()) return Report(err, a.status());
     auto out = std::make_unique<pocket_adapter>();
@@ -527,6 +538,8 @@ void pocket_generate_params_init(pocket_generate_params* params, size_t struct_s
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
                               const pocket_generate_params* params, pocket_text_callback on_text,
                               void* user_data, pocket_generate_result* result, pocket_error* err) {
+  // No figures of an earlier call survive this one, whatever happens.
+  if (result != nullptr) std::memset(result, 0, sizeof(*result));
   return Guard(err, [&]() -> pocket_status {
     if (session == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session is NULL");
     pocket_generate_params p;

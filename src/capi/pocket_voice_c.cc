@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/common.h"
 #include "capi/params.h"
 #include "model/model.h"
 #include "voice/pipeline.h"
@@ -117,8 +118,16 @@ pocket_status pocket_voice_create(const char* model_path, const pocket_voice_par
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
     }
+    if (auto s = pocket::capi::CheckPathExists(model_path, "model"); !s.ok()) {
+      return Report(err, s);
+    }
     pocket::LoadOptions lo;
-    if (p.tokenizer_path != nullptr) lo.tokenizer_path = p.tokenizer_path;
+    if (p.tokenizer_path != nullptr) {
+      if (auto s = pocket::capi::CheckPathExists(p.tokenizer_path, "tokenizer"); !s.ok()) {
+        return Report(err, s);
+      }
+      lo.tokenizer_path = p.tokenizer_path;
+    }
     auto model = pocket::Model::Load(model_path, lo);
     if (!model.ok()) return Report(err, model.status());
     pocket::voice::VoiceOptions vo;

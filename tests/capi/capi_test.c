@@ -5,7 +5,7 @@
  * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
  * parse_special in generate, score and classify. Also the version macros against the library,
  * struct_size (an older app's smaller struct gets defaults, a newer app's larger one and a zeroed
- * one are refused).
+ * one are refused), missing files as NotFound and a result reset by every call.
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -250,6 +250,9 @@ static void test_saved_session(const pocket_model* model) {
         (int)st, err.message);
   printf("saved session: resumed '%s'; damaged: %s\n", cb->text, err.message);
   remove(path);
+  st = pocket_session_load(b, path, back, sizeof(back), &n_state, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND && strstr(err.message, path) != NULL,
+        "a missing session file gave %d: %s", (int)st, err.message);
   free(first);
   free(ca);
   free(cb);
@@ -621,7 +624,8 @@ static void test_adapters(const char* model_path, const char* tokenizer, const c
   CHECK(st == POCKET_OK, "load: %s", err.message);
   pocket_adapter* bad = NULL;
   st = pocket_adapter_load(model, "/nonexistent/adapter", &bad, &err);
-  CHECK(st != POCKET_OK && bad == NULL && strstr(err.message, "/nonexistent/adapter") != NULL,
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL &&
+            strstr(err.message, "/nonexistent/adapter") != NULL,
         "missing adapter gave %d: %s", (int)st, err.message);
   pocket_adapter* adapter = NULL;
   st = pocket_adapter_load(model, adapter_dir, &adapter, &err);
@@ -770,20 +774,51 @@ static void test_struct_size(const pocket_model* model, pocket_session* session,
         "classify with a zeroed struct_size gave %d: %s", (int)st, err.message);
 }
 
+/* Every pocket_generate starts by zeroing its result: after an error none of the previous call's
+ * figures remain. */
+static void test_result_reset(pocket_session* session, const char* text) {
+  pocket_error err;
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 8;
+  gp.seed = 7;
+  pocket_generate_result r;
+  pocket_status st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK && r.n_generated_tokens > 0 && r.seed == 7, "generate: %s", err.message);
+  gp.top_p = 0.0f; /* invalid */
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "top_p 0 gave %d", (int)st);
+  CHECK(r.n_generated_tokens == 0 && r.n_prompt_tokens == 0 && r.seed == 0 && r.prefill_ms == 0.0 &&
+            r.decode_ms == 0.0 && r.stop_reason == 0,
+        "after an error the result holds %d tokens, seed %llu, %.3f ms", r.n_generated_tokens,
+        (unsigned long long)r.seed, r.decode_ms);
+  gp.top_p = 1.0f;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK && r.n_generated_tokens > 0, "generate: %s", err.message);
+  st = pocket_generate(NULL, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && r.n_generated_tokens == 0 && r.seed == 0,
+        "a NULL session left %d tokens in the result", r.n_generated_tokens);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
   printf("pocket %s\n", pocket_version());
   test_version();
 
-  /* Errors are values with messages. */
+  /* Errors are values with messages; a file that does not exist is NotFound, naming it. */
   pocket_model* bad = NULL;
   pocket_status st = pocket_model_load("/nonexistent/model.gguf", NULL, &bad, &err);
-  CHECK(st == POCKET_ERR_IO && bad == NULL, "missing file gave %d", (int)st);
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL, "missing file gave %d", (int)st);
   CHECK(strstr(err.message, "/nonexistent/model.gguf") != NULL, "message: %s", err.message);
+  CHECK(strcmp(pocket_status_name(st), "NotFound") == 0, "name %s", pocket_status_name(st));
   printf("expected error: %s: %s\n", pocket_status_name(st), err.message);
 
   pocket_model_params mp = pocket_model_default_params();
+  mp.tokenizer_path = "/nonexistent/tok512.bin";
+  st = pocket_model_load(argv[1], &mp, &bad, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL && strstr(err.message, "/nonexistent/tok512.bin"),
+        "missing tokenizer gave %d: %s", (int)st, err.message);
   mp.tokenizer_path = argv[2];
   pocket_model* model = NULL;
   st = pocket_model_load(argv[1], &mp, &model, &err);
@@ -1016,6 +1051,7 @@ int main(int argc, char** argv) {
 
   test_empty_constraints(session, text);
   test_struct_size(model, session, text);
+  test_result_reset(session, text);
   test_candidate_rule(session, model);
   test_no_chat_template(model, session);
   test_cancel(session, text);

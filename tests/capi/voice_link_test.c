@@ -1,8 +1,8 @@
 /* A program that uses only <pocket/pocket_voice.h> (and what it declares from pocket.h:
  * pocket_version, pocket_status_name), built against an installed tree and linked with
  * libpocket_voice alone (-lpocket_voice, no -lpocket): it must link and run. It checks the
- * version and the struct_size rules of pocket_voice_params; no model is loaded. Usage:
- * voice_link_test */
+ * version, the struct_size rules of pocket_voice_params and that a missing model is
+ * POCKET_ERR_NOT_FOUND; no model is loaded. Usage: voice_link_test */
 #include <pocket/pocket_voice.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,9 +35,16 @@ int main(void) {
   CHECK(p.hangover_ms == 300 && p.max_tokens == 48, "defaults %d %d", (int)p.hangover_ms,
         (int)p.max_tokens);
 
+  /* A missing model file: NotFound, naming it. */
+  pocket_status st = pocket_voice_create(missing, &p, &voice, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND && voice == NULL, "missing model gave %s: %s",
+        pocket_status_name(st), err.message);
+  CHECK(strcmp(pocket_status_name(st), "NotFound") == 0, "name %s", pocket_status_name(st));
+  CHECK(strstr(err.message, missing) != NULL, "message: %s", err.message);
+
   /* A field within struct_size is read (an invalid one is refused before the model loads) ... */
   p.hangover_ms = 1;
-  pocket_status st = pocket_voice_create(missing, &p, &voice, &err);
+  st = pocket_voice_create(missing, &p, &voice, &err);
   CHECK(st == POCKET_ERR_INVALID_ARGUMENT && voice == NULL &&
             strstr(err.message, "hangover_ms") != NULL,
         "hangover_ms 1 gave %s: %s", pocket_status_name(st), err.message);
@@ -46,7 +53,7 @@ int main(void) {
    * hangover_ms, gets its default. */
   p.struct_size = offsetof(pocket_voice_params, hangover_ms);
   st = pocket_voice_create(missing, &p, &voice, &err);
-  CHECK(st == POCKET_ERR_IO, "a struct ending before hangover_ms gave %s: %s",
+  CHECK(st == POCKET_ERR_NOT_FOUND, "a struct ending before hangover_ms gave %s: %s",
         pocket_status_name(st), err.message);
 
   /* An app compiled against a newer header (a larger struct) or a zeroed struct: refused,
