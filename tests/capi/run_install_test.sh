@@ -4,9 +4,10 @@
 #     scratch directory, so "$HOME/.local" is the prefix; in a scratch directory where build,
 #     examples and ../shared are links to this build and checkout): `cmake --install`, pkg-config,
 #     the compile line and the run of examples/c/hello.c, which the README quotes verbatim;
-#  2. what `cmake --install` installed: the CLI, the C headers (with pocket_version.h), the two
-#     shared libraries with their SONAME (the ABI version the version macros give) and their
-#     pkg-config files, nothing else (no static layers, tests or benchmarks);
+#  2. what `cmake --install` installed: the CLI (its --version the headers'), the C headers (with
+#     pocket_version.h), the two shared libraries with their SONAME (the ABI version the version
+#     macros give) and their pkg-config files, nothing else (no static layers, tests or
+#     benchmarks);
 #  3. a program that uses only pocket_voice.h links with -lpocket_voice alone and runs, and again
 #     with `pkg-config --cflags --libs pocket_voice`.
 # Usage: run_install_test.sh BUILD_DIR SOURCE_DIR SHARED_DIR [CC [LIBDIR]]; EXTRA_LDFLAGS (the
@@ -76,6 +77,8 @@ wanted="$(printf '%s\n' "${expected[@]}" | sort)"
 [[ "$installed" == "$wanted" ]] ||
   fail "cmake --install installed (< got, > expected):
 $(diff <(echo "$installed") <(echo "$wanted") || true)"
+cli_version="$("$prefix/bin/pocket" --version)"
+[[ "$cli_version" == "pocket $version" ]] || fail "pocket --version: '$cli_version', expected 'pocket $version'"
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 for pc in pocket pocket_voice; do
   got="$(pkg-config --modversion "$pc")"
