@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
       "pocket: a small-language-model runtime for phone-class CPUs.\n"
       "Models: .pocket packages, GGUF files, Hugging Face directories (safetensors), llama2.c "
       "checkpoints.\nUsage errors exit 2, errors while running 1, Ctrl-C 130."};
-  app.set_version_flag("--version", "pocket 0.1.0");
+  app.set_version_flag("--version", "pocket " POCKET_CLI_VERSION);
   app.require_subcommand(1);
   app.fallthrough();
   // As llama.cpp: an option given twice takes the last value (lists such as --stop take all).

@@ -14,6 +14,24 @@
  * A NULL params pointer means the defaults (the matching *_default_params()); start from those
  * functions rather than zeroed structs, since zero is not every field's default.
  *
+ * Versions and compatibility. POCKET_VERSION_MAJOR, _MINOR, _PATCH and POCKET_VERSION_STRING
+ * (pocket/pocket_version.h) are the version of the header the app is compiled with,
+ * pocket_version() that of the library it runs with. A release that breaks binary compatibility
+ * changes the libraries' SONAME (the ABI version: libpocket.so.0.MINOR before 1.0, then
+ * libpocket.so.MAJOR), so an app is never loaded with a library it does not fit. Within one ABI
+ * version a parameter struct may gain fields at its end: each starts with struct_size, which
+ * *_default_params() (inline here, so compiled into the app) sets to the size of the app's struct.
+ * The library reads the fields that lie within struct_size and uses its defaults for the others,
+ * so an app compiled against an older header keeps working; a struct_size larger than the
+ * library's struct (an app compiled against a newer header) or smaller than the struct_size field
+ * (a zeroed struct) is POCKET_ERR_INVALID_ARGUMENT naming struct_size. Without the inline
+ * functions (a binding that cannot call them), call pocket_X_params_init(&params, sizeof params):
+ * the library's defaults for the fields it knows, zeros for the others, struct_size set.
+ * The other structs (results, scores, messages, pocket_error) change only with the ABI version.
+ *
+ * Files. A path that does not exist (a model, a tokenizer, an adapter, a saved session) is
+ * POCKET_ERR_NOT_FOUND naming it; one that exists but cannot be read is POCKET_ERR_IO.
+ *
  * Special tokens. Text from the caller (prompts, message contents, candidates) is tokenized with
  * special-token strings such as "<|im_end|>" read as plain text unless parse_special is true, so
  * user input cannot inject control tokens. A chat template's own control tokens are always
@@ -24,6 +42,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "pocket/pocket_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,17 +63,24 @@ extern "C" {
 #define POCKET_API __attribute__((visibility("default")))
 #endif
 
+/* The *_default_params() functions: compiled into the app, so that struct_size is its own. */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define POCKET_INLINE static inline
+#else
+#define POCKET_INLINE static __inline
+#endif
+
 typedef enum pocket_status {
   POCKET_OK = 0,
   POCKET_ERR_INVALID_ARGUMENT = 1,
-  POCKET_ERR_NOT_FOUND = 2,
+  POCKET_ERR_NOT_FOUND = 2,     /* e.g. a model file that does not exist */
   POCKET_ERR_DATA_LOSS = 3,     /* corrupt or truncated file */
   POCKET_ERR_UNIMPLEMENTED = 4, /* valid input pocket does not support */
   POCKET_ERR_OUT_OF_RANGE = 5,  /* e.g. a prompt longer than the context */
   POCKET_ERR_RESOURCE_EXHAUSTED = 6,
   POCKET_ERR_CANCELLED = 7,
   POCKET_ERR_FAILED_PRECONDITION = 8,
-  POCKET_ERR_IO = 9,
+  POCKET_ERR_IO = 9, /* the operating system refused (a file that exists but cannot be read) */
   POCKET_ERR_INTERNAL = 10,
   POCKET_ERR_BUFFER_TOO_SMALL = 11 /* the *_needed output says how much is needed */
 } pocket_status;
@@ -73,15 +100,22 @@ typedef struct pocket_chat_message {
   const char* content; /* UTF-8, NUL-terminated */
 } pocket_chat_message;
 
+/* The library's version, "MAJOR.MINOR.PATCH" (the header's is POCKET_VERSION_STRING). */
 POCKET_API const char* pocket_version(void);
 POCKET_API const char* pocket_status_name(pocket_status status);
 
 /* ---- model ---- */
 typedef struct pocket_model_params {
+  size_t struct_size;         /* set by pocket_model_default_params() */
   const char* tokenizer_path; /* NULL: the model's own tokenizer */
 } pocket_model_params;
 
-POCKET_API pocket_model_params pocket_model_default_params(void);
+POCKET_API void pocket_model_params_init(pocket_model_params* params, size_t struct_size);
+POCKET_INLINE pocket_model_params pocket_model_default_params(void) {
+  pocket_model_params params;
+  pocket_model_params_init(&params, sizeof(params));
+  return params;
+}
 /* path: a .pocket file (pocket's own format, made by `pocket convert`: weights, tokenizer, chat
  * template and an optional classification head in one memory-mappable file), a GGUF file, a
  * Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a llama2.c checkpoint
@@ -121,12 +155,18 @@ POCKET_API pocket_status pocket_detokenize(const pocket_model* model, const int3
 
 /* ---- sessions ---- */
 typedef struct pocket_session_params {
-  int32_t n_ctx;     /* context tokens (default 4096, clamped to the model's) */
-  int32_t n_batch;   /* prefill chunk (default 512) */
-  int32_t n_threads; /* compute threads of this session: 0 = one per hardware thread (default) */
+  size_t struct_size; /* set by pocket_session_default_params() */
+  int32_t n_ctx;      /* context tokens (default 4096, clamped to the model's) */
+  int32_t n_batch;    /* prefill chunk (default 512) */
+  int32_t n_threads;  /* compute threads of this session: 0 = one per hardware thread (default) */
 } pocket_session_params;
 
-POCKET_API pocket_session_params pocket_session_default_params(void);
+POCKET_API void pocket_session_params_init(pocket_session_params* params, size_t struct_size);
+POCKET_INLINE pocket_session_params pocket_session_default_params(void) {
+  pocket_session_params params;
+  pocket_session_params_init(&params, sizeof(params));
+  return params;
+}
 POCKET_API pocket_status pocket_session_create(const pocket_model* model,
                                                const pocket_session_params* params,
                                                pocket_session** out_session, pocket_error* err);
@@ -197,6 +237,7 @@ POCKET_API size_t pocket_session_n_adapters(const pocket_session* session);
 #define POCKET_SEED_RANDOM UINT64_MAX
 
 typedef struct pocket_generate_params {
+  size_t struct_size;       /* set by pocket_generate_default_params() */
   int32_t max_tokens;       /* default 256 */
   float temperature;        /* 0 = greedy; default 0.8 */
   int32_t top_k;            /* 0 = off; default 40 */
@@ -247,8 +288,7 @@ typedef struct pocket_generate_params {
    * drafter's context) for later calls with the same spec. Up to draft_max (default 8, at most 30:
    * longer passes would round differently from plain decoding) tokens per verification pass;
    * shorter drafts than draft_min (default 1) are not verified; a draft model stops drafting below
-   * draft_p_min top probability (default 0). Appended in 0.13: callers compiled against an older
-   * header must be rebuilt. */
+   * draft_p_min top probability (default 0). */
   const char* spec;
   int32_t draft_max;
   int32_t draft_min;
@@ -291,12 +331,18 @@ typedef struct pocket_generate_result {
  * stop generation. */
 typedef bool (*pocket_text_callback)(const char* text, size_t len, void* user_data);
 
-POCKET_API pocket_generate_params pocket_generate_default_params(void);
+POCKET_API void pocket_generate_params_init(pocket_generate_params* params, size_t struct_size);
+POCKET_INLINE pocket_generate_params pocket_generate_default_params(void) {
+  pocket_generate_params params;
+  pocket_generate_params_init(&params, sizeof(params));
+  return params;
+}
 /* Generates a continuation of `prompt` (UTF-8), or of params->messages when prompt is NULL:
  * exactly one of the two. Special-token strings in the text are plain text unless
  * params->parse_special. The KV cache of the previous call is reused for the common prefix.
  * A pending pocket_session_cancel makes the call return POCKET_OK at once with stop reason
- * POCKET_STOP_CANCELLED. `result` may be NULL. */
+ * POCKET_STOP_CANCELLED. `result` may be NULL; every call first sets all of it to zero, so after an
+ * error it holds no figures of an earlier call. */
 POCKET_API pocket_status pocket_generate(pocket_session* session, const char* prompt,
                                          const pocket_generate_params* params,
                                          pocket_text_callback on_text, void* user_data,
@@ -311,6 +357,7 @@ typedef struct pocket_candidate_score {
 } pocket_candidate_score;
 
 typedef struct pocket_score_params {
+  size_t struct_size; /* set by pocket_score_default_params() */
   /* A conversation instead of a prompt (pass prompt = NULL), formatted as for pocket_generate:
    * the candidates continue the assistant's turn. */
   const pocket_chat_message* messages;
@@ -321,7 +368,12 @@ typedef struct pocket_score_params {
   bool parse_special;
 } pocket_score_params;
 
-POCKET_API pocket_score_params pocket_score_default_params(void);
+POCKET_API void pocket_score_params_init(pocket_score_params* params, size_t struct_size);
+POCKET_INLINE pocket_score_params pocket_score_default_params(void) {
+  pocket_score_params params;
+  pocket_score_params_init(&params, sizeof(params));
+  return params;
+}
 /* Log-probabilities of candidate continuations of `prompt` (or of params->messages when prompt is
  * NULL: exactly one of the two), all candidates in one forward pass after the prompt. Writes
  * n_candidates entries to `scores`, best first. The session's context becomes the prompt.
@@ -354,6 +406,7 @@ typedef struct pocket_label_score {
 } pocket_label_score;
 
 typedef struct pocket_classify_params {
+  size_t struct_size; /* set by pocket_classify_default_params() */
   /* A conversation instead of a prompt (pass prompt = NULL), formatted as for pocket_generate
    * (the tokens pocket_tokenize_chat gives: generation prompt appended), so the head reads the
    * hidden state where the assistant's turn begins. */
@@ -366,7 +419,12 @@ typedef struct pocket_classify_params {
   bool parse_special;
 } pocket_classify_params;
 
-POCKET_API pocket_classify_params pocket_classify_default_params(void);
+POCKET_API void pocket_classify_params_init(pocket_classify_params* params, size_t struct_size);
+POCKET_INLINE pocket_classify_params pocket_classify_default_params(void) {
+  pocket_classify_params params;
+  pocket_classify_params_init(&params, sizeof(params));
+  return params;
+}
 /* Scores the labels of the model's classification head for `prompt` (UTF-8), or for
  * params->messages when prompt is NULL: exactly one of the two. The input is tokenized as
  * pocket_generate and pocket_score tokenize it (BOS by the tokenizer's rule; special-token strings

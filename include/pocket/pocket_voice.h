@@ -2,9 +2,15 @@
  * libpocket.so so that the core library carries no speech engines). Capture goes in as 16 kHz
  * mono 16-bit PCM in pieces of any size; every 10 ms of it advances the pipeline (WebRTC VAD,
  * pocketsphinx, the model's chat turn, segmenter, flite / espeak-ng, barge-in) and leaves 10 ms of
- * playback (sink_rate) to pull. Events arrive as JSON objects through a callback. Errors and
- * statuses as in pocket.h. A pocket_voice is used by one thread at a time, except
- * pocket_voice_busy and pocket_voice_stop, which any thread may call, the event callback too. */
+ * playback (sink_rate) to pull. Events arrive as JSON objects through a callback. Errors,
+ * statuses, versions and struct_size as in pocket.h. A pocket_voice is used by one thread at a
+ * time, except pocket_voice_busy and pocket_voice_stop, which any thread may call, the event
+ * callback too.
+ *
+ * Linking: libpocket_voice.so holds all that an app using this header calls, pocket_version and
+ * pocket_status_name of pocket.h included, so such an app links it alone (-lpocket_voice, or
+ * `pkg-config --cflags --libs pocket_voice`); an app that also uses the rest of pocket.h (models,
+ * sessions) links libpocket.so too (`pkg-config --cflags --libs pocket_voice pocket`). */
 #ifndef POCKET_POCKET_VOICE_H_
 #define POCKET_POCKET_VOICE_H_
 
@@ -24,6 +30,7 @@ typedef struct pocket_voice pocket_voice;
 typedef void (*pocket_voice_event_callback)(const char* json, void* user_data);
 
 typedef struct pocket_voice_params {
+  size_t struct_size;                   /* set by pocket_voice_default_params() */
   const char* tokenizer_path;           /* NULL: the model's own */
   int32_t n_threads;                    /* compute threads (0: one per hardware thread) */
   int32_t n_ctx;                        /* context tokens (default 4096, clamped to the model's) */
@@ -40,8 +47,14 @@ typedef struct pocket_voice_params {
   void* user_data;
 } pocket_voice_params;
 
-POCKET_API pocket_voice_params pocket_voice_default_params(void);
-/* Loads the model (as pocket_model_load) and the speech engines. */
+POCKET_API void pocket_voice_params_init(pocket_voice_params* params, size_t struct_size);
+POCKET_INLINE pocket_voice_params pocket_voice_default_params(void) {
+  pocket_voice_params params;
+  pocket_voice_params_init(&params, sizeof(params));
+  return params;
+}
+/* Loads the model (as pocket_model_load: a missing file is POCKET_ERR_NOT_FOUND) and the speech
+ * engines. */
 POCKET_API pocket_status pocket_voice_create(const char* model_path,
                                              const pocket_voice_params* params,
                                              pocket_voice** out_voice, pocket_error* err);

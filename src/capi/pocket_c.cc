@@ -1,5 +1,6 @@
 // The C API over the C++ API. Nothing throws across it: every entry point catches and converts.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -11,6 +12,8 @@
 #include <thread>
 
 #include "capi/chat_prompt.h"
+#include "capi/common.h"
+#include "capi/params.h"
 #include "model/adapter.h"
 #include "pocket/pocket.h"
 #include "runtime/candidates.h"
@@ -123,22 +126,138 @@ pocket::Status CheckConstraintFields(const pocket_generate_params& p) {
   return pocket::Status::Ok();
 }
 
+// The parameter structs' fields after struct_size, in order (capi/params.h), and the library's
+// defaults for them.
+using pocket::capi::ListsEveryField;
+constexpr std::array kModelFields{POCKET_CAPI_FIELD(pocket_model_params, tokenizer_path)};
+constexpr std::array kSessionFields{POCKET_CAPI_FIELD(pocket_session_params, n_ctx),
+                                    POCKET_CAPI_FIELD(pocket_session_params, n_batch),
+                                    POCKET_CAPI_FIELD(pocket_session_params, n_threads)};
+constexpr std::array kGenerateFields{POCKET_CAPI_FIELD(pocket_generate_params, max_tokens),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, temperature),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, top_k),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, top_p),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, min_p),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, repetition_penalty),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, presence_penalty),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, frequency_penalty),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, seed),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, stop_strings),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, n_stop_strings),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, choices),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, n_choices),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, regex),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, json_schema),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, grammar),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, span_source),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, messages),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, n_messages),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, enable_thinking),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, parse_special),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, spec),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, draft_max),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, draft_min),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, draft_p_min),
+                                     POCKET_CAPI_FIELD(pocket_generate_params, draft_branches)};
+constexpr std::array kScoreFields{POCKET_CAPI_FIELD(pocket_score_params, messages),
+                                  POCKET_CAPI_FIELD(pocket_score_params, n_messages),
+                                  POCKET_CAPI_FIELD(pocket_score_params, enable_thinking),
+                                  POCKET_CAPI_FIELD(pocket_score_params, parse_special)};
+constexpr std::array kClassifyFields{POCKET_CAPI_FIELD(pocket_classify_params, messages),
+                                     POCKET_CAPI_FIELD(pocket_classify_params, n_messages),
+                                     POCKET_CAPI_FIELD(pocket_classify_params, enable_thinking),
+                                     POCKET_CAPI_FIELD(pocket_classify_params, parse_special)};
+static_assert(ListsEveryField(kModelFields, sizeof(pocket_model_params),
+                              alignof(pocket_model_params)));
+static_assert(ListsEveryField(kSessionFields, sizeof(pocket_session_params),
+                              alignof(pocket_session_params)));
+static_assert(ListsEveryField(kGenerateFields, sizeof(pocket_generate_params),
+                              alignof(pocket_generate_params)));
+static_assert(ListsEveryField(kScoreFields, sizeof(pocket_score_params),
+                              alignof(pocket_score_params)));
+static_assert(ListsEveryField(kClassifyFields, sizeof(pocket_classify_params),
+                              alignof(pocket_classify_params)));
+
+pocket_model_params ModelDefaults() {
+  return pocket_model_params{sizeof(pocket_model_params), nullptr};
+}
+
+pocket_session_params SessionDefaults() {
+  pocket::SessionOptions d;
+  return pocket_session_params{sizeof(pocket_session_params), d.n_ctx, d.n_batch, d.n_threads};
+}
+
+pocket_generate_params GenerateDefaults() {
+  pocket::GenerateOptions d;
+  const pocket::SamplerParams& s = d.sampling;
+  return pocket_generate_params{sizeof(pocket_generate_params),
+                                d.max_tokens,
+                                s.temperature,
+                                s.top_k,
+                                s.top_p,
+                                s.min_p,
+                                s.repetition_penalty,
+                                s.presence_penalty,
+                                s.frequency_penalty,
+                                POCKET_SEED_RANDOM,
+                                nullptr,
+                                0,
+                                nullptr,
+                                0,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                nullptr,
+                                0,
+                                pocket::ChatOptions().enable_thinking,
+                                false,
+                                nullptr,
+                                d.draft_max,
+                                d.draft_min,
+                                0.0f,
+                                1};
+}
+
+pocket_score_params ScoreDefaults() {
+  return pocket_score_params{sizeof(pocket_score_params), nullptr, 0,
+                             pocket::ChatOptions().enable_thinking, false};
+}
+
+pocket_classify_params ClassifyDefaults() {
+  return pocket_classify_params{sizeof(pocket_classify_params), nullptr, 0,
+                                pocket::ChatOptions().enable_thinking, false};
+}
+
+// The caller's params (NULL: the defaults) as this library's struct, or InvalidArgument naming
+// struct_size.
+pocket::Status Read(const pocket_model_params* in, pocket_model_params* out) {
+  return pocket::capi::ReadParams(in, ModelDefaults(), kModelFields, "pocket_model_params",
+                                  "pocket_model_default_params", out);
+}
+pocket::Status Read(const pocket_session_params* in, pocket_session_params* out) {
+  return pocket::capi::ReadParams(in, SessionDefaults(), kSessionFields, "pocket_session_params",
+                                  "pocket_session_default_params", out);
+}
+pocket::Status Read(const pocket_generate_params* in, pocket_generate_params* out) {
+  return pocket::capi::ReadParams(in, GenerateDefaults(), kGenerateFields, "pocket_generate_params",
+                                  "pocket_generate_default_params", out);
+}
+pocket::Status Read(const pocket_score_params* in, pocket_score_params* out) {
+  return pocket::capi::ReadParams(in, ScoreDefaults(), kScoreFields, "pocket_score_params",
+                                  "pocket_score_default_params", out);
+}
+pocket::Status Read(const pocket_classify_params* in, pocket_classify_params* out) {
+  return pocket::capi::ReadParams(in, ClassifyDefaults(), kClassifyFields, "pocket_classify_params",
+                                  "pocket_classify_default_params", out);
+}
+
 }  // namespace
 
 extern "C" {
 
-const char* pocket_version(void) {
-  return "0.1.0";
-}
-
-const char* pocket_status_name(pocket_status status) {
-  if (status == POCKET_ERR_BUFFER_TOO_SMALL) return "BufferTooSmall";
-  // The names are string literals, so the view's data is NUL-terminated.
-  return pocket::StatusCodeName(static_cast<pocket::StatusCode>(status)).data();
-}
-
-pocket_model_params pocket_model_default_params(void) {
-  return pocket_model_params{nullptr};
+void pocket_model_params_init(pocket_model_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, ModelDefaults(), kModelFields);
 }
 
 pocket_status pocket_model_load(const char* path, const pocket_model_params* params,
@@ -148,9 +267,15 @@ pocket_status pocket_model_load(const char* path, const pocket_model_params* par
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "path and out_model must not be NULL");
     }
     *out_model = nullptr;
+    pocket_model_params p;
+    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
+    if (auto s = pocket::capi::CheckPathExists(path, "model"); !s.ok()) return Report(err, s);
     pocket::LoadOptions options;
-    if (params != nullptr && params->tokenizer_path != nullptr) {
-      options.tokenizer_path = params->tokenizer_path;
+    if (p.tokenizer_path != nullptr) {
+      if (auto s = pocket::capi::CheckPathExists(p.tokenizer_path, "tokenizer"); !s.ok()) {
+        return Report(err, s);
+      }
+      options.tokenizer_path = p.tokenizer_path;
     }
     auto model = pocket::Model::Load(path, options);
     if (!model.ok()) return Report(err, model.status());
@@ -247,9 +372,8 @@ pocket_status pocket_detokenize(const pocket_model* model, const int32_t* ids, s
   });
 }
 
-pocket_session_params pocket_session_default_params(void) {
-  pocket::SessionOptions d;
-  return pocket_session_params{d.n_ctx, d.n_batch, d.n_threads};
+void pocket_session_params_init(pocket_session_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, SessionDefaults(), kSessionFields);
 }
 
 pocket_status pocket_session_create(const pocket_model* model, const pocket_session_params* params,
@@ -259,12 +383,12 @@ pocket_status pocket_session_create(const pocket_model* model, const pocket_sess
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model and out_session must not be NULL");
     }
     *out_session = nullptr;
+    pocket_session_params p;
+    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
     pocket::SessionOptions options;
-    if (params != nullptr) {
-      options.n_ctx = params->n_ctx;
-      options.n_batch = params->n_batch;
-      options.n_threads = params->n_threads;
-    }
+    options.n_ctx = p.n_ctx;
+    options.n_batch = p.n_batch;
+    options.n_threads = p.n_threads;
     if (options.n_threads < 0 || options.n_threads > 256) {
       return Report(err, pocket::MakeThreadPool(options.n_threads).status());
     } else {
@@ -326,6 +450,9 @@ pocket_status pocket_session_load(pocket_session* session, const char* path, voi
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "session and path must not be NULL, nor user_data when capacity > 0");
     }
+    if (auto s = pocket::capi::CheckPathExists(path, "saved session"); !s.ok()) {
+      return Report(err, s);
+    }
     uint64_t needed = UINT64_MAX;
     auto data = session->session->Load(path, capacity, &needed);
     if (needed != UINT64_MAX && n_user_data != nullptr) *n_user_data = static_cast<size_t>(needed);
@@ -346,6 +473,7 @@ pocket_status pocket_adapter_load(const pocket_model* model, const char* path,
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model, path and out_adapter must not be NULL");
     }
     *out_adapter = nullptr;
+    if (auto s = pocket::capi::CheckPathExists(path, "adapter"); !s.ok()) return Report(err, s);
     auto a = pocket::LoraAdapter::Load(path, *model->model);
     if (!a.ok()) return Report(err, a.status());
     auto out = std::make_unique<pocket_adapter>();
@@ -403,43 +531,19 @@ size_t pocket_session_n_adapters(const pocket_session* session) {
   return session == nullptr ? 0 : session->session->adapters().size();
 }
 
-pocket_generate_params pocket_generate_default_params(void) {
-  pocket::GenerateOptions d;
-  const pocket::SamplerParams& s = d.sampling;
-  return pocket_generate_params{d.max_tokens,
-                                s.temperature,
-                                s.top_k,
-                                s.top_p,
-                                s.min_p,
-                                s.repetition_penalty,
-                                s.presence_penalty,
-                                s.frequency_penalty,
-                                POCKET_SEED_RANDOM,
-                                nullptr,
-                                0,
-                                nullptr,
-                                0,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                nullptr,
-                                0,
-                                pocket::ChatOptions().enable_thinking,
-                                false,
-                                nullptr,
-                                d.draft_max,
-                                d.draft_min,
-                                0.0f,
-                                1};
+void pocket_generate_params_init(pocket_generate_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, GenerateDefaults(), kGenerateFields);
 }
 
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
                               const pocket_generate_params* params, pocket_text_callback on_text,
                               void* user_data, pocket_generate_result* result, pocket_error* err) {
+  // No figures of an earlier call survive this one, whatever happens.
+  if (result != nullptr) std::memset(result, 0, sizeof(*result));
   return Guard(err, [&]() -> pocket_status {
     if (session == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session is NULL");
-    const pocket_generate_params p = params != nullptr ? *params : pocket_generate_default_params();
+    pocket_generate_params p;
+    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
     pocket::GenerateRequest request;
     request.max_tokens = p.max_tokens;
     request.sampling.temperature = p.temperature;
@@ -537,8 +641,8 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
   });
 }
 
-pocket_score_params pocket_score_default_params(void) {
-  return pocket_score_params{nullptr, 0, pocket::ChatOptions().enable_thinking, false};
+void pocket_score_params_init(pocket_score_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, ScoreDefaults(), kScoreFields);
 }
 
 pocket_status pocket_score(pocket_session* session, const char* prompt,
@@ -549,7 +653,8 @@ pocket_status pocket_score(pocket_session* session, const char* prompt,
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "session, candidates and scores must not be NULL");
     }
-    const pocket_score_params p = params != nullptr ? *params : pocket_score_default_params();
+    pocket_score_params p;
+    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
     const pocket::Model& model = session->session->model();
     pocket::PromptRequest request;
     const pocket::Status given = pocket::capi::SetInput(
@@ -601,8 +706,8 @@ const char* pocket_model_label(const pocket_model* model, size_t index) {
   return index < labels.size() ? labels[index].c_str() : nullptr;
 }
 
-pocket_classify_params pocket_classify_default_params(void) {
-  return pocket_classify_params{nullptr, 0, pocket::ChatOptions().enable_thinking, false};
+void pocket_classify_params_init(pocket_classify_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, ClassifyDefaults(), kClassifyFields);
 }
 
 pocket_status pocket_classify(pocket_session* session, const char* prompt,
@@ -613,7 +718,8 @@ pocket_status pocket_classify(pocket_session* session, const char* prompt,
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "session and n_scores must not be NULL (nor scores when capacity > 0)");
     }
-    const pocket_classify_params p = params != nullptr ? *params : pocket_classify_default_params();
+    pocket_classify_params p;
+    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
     const pocket::Model& model = session->session->model();
     // The session's head: an adapter's (a task = adapter + head), else the model's.
     const std::vector<std::string>& labels = session->session->classifier().labels;

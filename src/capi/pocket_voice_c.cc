@@ -1,6 +1,7 @@
 // libpocket_voice.so: the voice pipeline's C API (include/pocket/pocket_voice.h).
 #include "pocket/pocket_voice.h"
 
+#include <array>
 #include <cstdio>
 #include <deque>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "capi/common.h"
+#include "capi/params.h"
 #include "model/model.h"
 #include "voice/pipeline.h"
 #include "voice/vad.h"
@@ -55,10 +58,25 @@ pocket_status Guard(pocket_error* err, Fn&& fn) {
   }
 }
 
-}  // namespace
+// The fields after struct_size, in order (capi/params.h), and the library's defaults.
+constexpr std::array kVoiceFields{POCKET_CAPI_FIELD(pocket_voice_params, tokenizer_path),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, n_threads),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, n_ctx),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, max_tokens),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, temperature),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, seed),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, system_prompt),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, sink_rate),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, hangover_ms),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, virtual_clock),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, on_event),
+                                  POCKET_CAPI_FIELD(pocket_voice_params, user_data)};
+static_assert(pocket::capi::ListsEveryField(kVoiceFields, sizeof(pocket_voice_params),
+                                            alignof(pocket_voice_params)));
 
-pocket_voice_params pocket_voice_default_params(void) {
+pocket_voice_params VoiceDefaults() {
   pocket_voice_params p{};
+  p.struct_size = sizeof(pocket_voice_params);
   p.tokenizer_path = nullptr;
   p.n_threads = 0;
   p.n_ctx = 4096;
@@ -74,6 +92,12 @@ pocket_voice_params pocket_voice_default_params(void) {
   return p;
 }
 
+}  // namespace
+
+void pocket_voice_params_init(pocket_voice_params* params, size_t struct_size) {
+  pocket::capi::InitParams(params, struct_size, VoiceDefaults(), kVoiceFields);
+}
+
 pocket_status pocket_voice_create(const char* model_path, const pocket_voice_params* params,
                                   pocket_voice** out_voice, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
@@ -81,7 +105,11 @@ pocket_status pocket_voice_create(const char* model_path, const pocket_voice_par
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "model_path and out_voice must not be NULL");
     }
     *out_voice = nullptr;
-    const pocket_voice_params p = params != nullptr ? *params : pocket_voice_default_params();
+    pocket_voice_params p;
+    const pocket::Status read =
+        pocket::capi::ReadParams(params, VoiceDefaults(), kVoiceFields, "pocket_voice_params",
+                                 "pocket_voice_default_params", &p);
+    if (!read.ok()) return Report(err, read);
     if (p.hangover_ms < 30 || p.hangover_ms > 5000) {
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "hangover_ms must be 30 to 5000, got " + std::to_string(p.hangover_ms));
@@ -90,8 +118,16 @@ pocket_status pocket_voice_create(const char* model_path, const pocket_voice_par
       return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
                   "max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
     }
+    if (auto s = pocket::capi::CheckPathExists(model_path, "model"); !s.ok()) {
+      return Report(err, s);
+    }
     pocket::LoadOptions lo;
-    if (p.tokenizer_path != nullptr) lo.tokenizer_path = p.tokenizer_path;
+    if (p.tokenizer_path != nullptr) {
+      if (auto s = pocket::capi::CheckPathExists(p.tokenizer_path, "tokenizer"); !s.ok()) {
+        return Report(err, s);
+      }
+      lo.tokenizer_path = p.tokenizer_path;
+    }
     auto model = pocket::Model::Load(model_path, lo);
     if (!model.ok()) return Report(err, model.status());
     pocket::voice::VoiceOptions vo;

@@ -3,7 +3,9 @@
  * thread and before a call, seeds, thread counts, report errors, score candidates; with
  * HEAD_MODEL (a .pocket with a classification head), classify; with CHAT_MODEL (a model with the
  * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
- * parse_special in generate, score and classify.
+ * parse_special in generate, score and classify. Also the version macros against the library,
+ * struct_size (an older app's smaller struct gets defaults, a newer app's larger one and a zeroed
+ * one are refused), missing files as NotFound and a result reset by every call.
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -248,6 +250,9 @@ static void test_saved_session(const pocket_model* model) {
         (int)st, err.message);
   printf("saved session: resumed '%s'; damaged: %s\n", cb->text, err.message);
   remove(path);
+  st = pocket_session_load(b, path, back, sizeof(back), &n_state, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND && strstr(err.message, path) != NULL,
+        "a missing session file gave %d: %s", (int)st, err.message);
   free(first);
   free(ca);
   free(cb);
@@ -619,7 +624,8 @@ static void test_adapters(const char* model_path, const char* tokenizer, const c
   CHECK(st == POCKET_OK, "load: %s", err.message);
   pocket_adapter* bad = NULL;
   st = pocket_adapter_load(model, "/nonexistent/adapter", &bad, &err);
-  CHECK(st != POCKET_OK && bad == NULL && strstr(err.message, "/nonexistent/adapter") != NULL,
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL &&
+            strstr(err.message, "/nonexistent/adapter") != NULL,
         "missing adapter gave %d: %s", (int)st, err.message);
   pocket_adapter* adapter = NULL;
   st = pocket_adapter_load(model, adapter_dir, &adapter, &err);
@@ -670,19 +676,149 @@ static void test_adapters(const char* model_path, const char* tokenizer, const c
   pocket_model_free(model);
 }
 
+/* The header's version is the library's: the macros, their string and pocket_version(). */
+static void test_version(void) {
+  char macros[64];
+  snprintf(macros, sizeof(macros), "%d.%d.%d", POCKET_VERSION_MAJOR, POCKET_VERSION_MINOR,
+           POCKET_VERSION_PATCH);
+  CHECK(strcmp(macros, POCKET_VERSION_STRING) == 0, "macros %s, string %s", macros,
+        POCKET_VERSION_STRING);
+  CHECK(strcmp(pocket_version(), POCKET_VERSION_STRING) == 0, "library %s, header %s",
+        pocket_version(), POCKET_VERSION_STRING);
+}
+
+/* struct_size: the defaults set it to the app's sizeof; fields past a smaller struct_size (an app
+ * compiled against an older header) are the library's defaults, however wrong the bytes there;
+ * a larger one (a newer header than the library) and a zeroed struct are refused, naming it. */
+static void test_struct_size(const pocket_model* model, pocket_session* session, const char* text) {
+  pocket_error err;
+  pocket_generate_params gp = pocket_generate_default_params();
+  CHECK(gp.struct_size == sizeof(gp), "struct_size %zu, sizeof %zu", gp.struct_size, sizeof(gp));
+  pocket_session_params sp = pocket_session_default_params();
+  CHECK(sp.struct_size == sizeof(sp) && sp.n_ctx > 0, "session params");
+  CHECK(pocket_model_default_params().struct_size == sizeof(pocket_model_params) &&
+            pocket_score_default_params().struct_size == sizeof(pocket_score_params) &&
+            pocket_classify_default_params().struct_size == sizeof(pocket_classify_params),
+        "struct_size of the defaults");
+  /* pocket_X_params_init with a larger struct (a binding's newer one): the known fields get their
+   * defaults and the bytes beyond them are zeroed. */
+  pocket_generate_params two[2]; /* a struct of twice the size the library knows */
+  const unsigned char* bytes = (const unsigned char*)two;
+  memset(two, 0xab, sizeof(two));
+  pocket_generate_params_init(&two[0], sizeof(two));
+  CHECK(two[0].struct_size == sizeof(two) && two[0].max_tokens == gp.max_tokens &&
+            two[0].top_p == gp.top_p && two[0].seed == POCKET_SEED_RANDOM,
+        "init of a larger struct");
+  for (size_t i = sizeof(two[0]); i < sizeof(two); ++i) {
+    CHECK(bytes[i] == 0, "init left byte %zu of a larger struct at %d", i, (int)bytes[i]);
+  }
+
+  /* Older app: max_tokens and temperature within struct_size, top_p (0: invalid) and spec
+   * ("oracle": unknown) past it, so the defaults apply. */
+  gp.max_tokens = 3;
+  gp.temperature = 0.0f;
+  gp.top_p = 0.0f;
+  gp.spec = "oracle";
+  pocket_generate_result r;
+  pocket_status st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "top_p 0 within struct_size gave %d", (int)st);
+  gp.struct_size = offsetof(pocket_generate_params, top_k);
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK, "a struct ending before top_k: %s", err.message);
+  CHECK(r.n_generated_tokens >= 1 && r.n_generated_tokens <= 3,
+        "max_tokens 3 within struct_size gave %d tokens", r.n_generated_tokens);
+  /* A struct_size that cuts a field: that field is not read either. */
+  gp.struct_size = offsetof(pocket_generate_params, top_p) + 1;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK, "a struct cutting top_p: %s", err.message);
+  sp.n_ctx = 64;
+  sp.n_threads = -5; /* invalid if read */
+  sp.struct_size = offsetof(pocket_session_params, n_threads);
+  pocket_session* older = NULL;
+  st = pocket_session_create(model, &sp, &older, &err);
+  CHECK(st == POCKET_OK && pocket_session_n_threads(older) > 0,
+        "a session struct ending before n_threads: %s", err.message);
+  pocket_session_free(older);
+
+  /* Newer app, or a zeroed struct: refused, naming struct_size, before anything runs. */
+  gp = pocket_generate_default_params();
+  gp.struct_size = sizeof(gp) + 8;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL &&
+            strstr(err.message, "newer") != NULL,
+        "a larger struct_size gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  memset(&gp, 0, sizeof(gp));
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "struct_size") != NULL,
+        "a zeroed struct gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  pocket_session_params zs;
+  memset(&zs, 0, sizeof(zs));
+  st = pocket_session_create(model, &zs, &older, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && older == NULL && strstr(err.message, "struct_size"),
+        "a zeroed session struct gave %d: %s", (int)st, err.message);
+  pocket_score_params scp = pocket_score_default_params();
+  scp.struct_size = sizeof(scp) + 8;
+  const char* cands[] = {" a", " b"};
+  pocket_candidate_score scores[2];
+  st = pocket_score(session, text, &scp, cands, 2, scores, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "pocket_score_params"),
+        "a larger score struct_size gave %d: %s", (int)st, err.message);
+  pocket_classify_params clp = pocket_classify_default_params();
+  clp.struct_size = 0;
+  pocket_label_score labels[4];
+  size_t n_labels = 0;
+  st = pocket_classify(session, text, &clp, labels, 4, &n_labels, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && strstr(err.message, "pocket_classify_params"),
+        "classify with a zeroed struct_size gave %d: %s", (int)st, err.message);
+}
+
+/* Every pocket_generate starts by zeroing its result: after an error none of the previous call's
+ * figures remain. */
+static void test_result_reset(pocket_session* session, const char* text) {
+  pocket_error err;
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 8;
+  gp.seed = 7;
+  pocket_generate_result r;
+  pocket_status st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK && r.n_generated_tokens > 0 && r.seed == 7, "generate: %s", err.message);
+  gp.top_p = 0.0f; /* invalid */
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "top_p 0 gave %d", (int)st);
+  CHECK(r.n_generated_tokens == 0 && r.n_prompt_tokens == 0 && r.seed == 0 && r.prefill_ms == 0.0 &&
+            r.decode_ms == 0.0 && r.stop_reason == 0,
+        "after an error the result holds %d tokens, seed %llu, %.3f ms", r.n_generated_tokens,
+        (unsigned long long)r.seed, r.decode_ms);
+  gp.top_p = 1.0f;
+  st = pocket_generate(session, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_OK && r.n_generated_tokens > 0, "generate: %s", err.message);
+  st = pocket_generate(NULL, text, &gp, NULL, NULL, &r, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && r.n_generated_tokens == 0 && r.seed == 0,
+        "a NULL session left %d tokens in the result", r.n_generated_tokens);
+}
+
 int main(int argc, char** argv) {
   CHECK(argc >= 3 && argc <= 5, "usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]]");
   pocket_error err;
   printf("pocket %s\n", pocket_version());
+  test_version();
 
-  /* Errors are values with messages. */
+  /* Errors are values with messages; a file that does not exist is NotFound, naming it. */
   pocket_model* bad = NULL;
   pocket_status st = pocket_model_load("/nonexistent/model.gguf", NULL, &bad, &err);
-  CHECK(st == POCKET_ERR_IO && bad == NULL, "missing file gave %d", (int)st);
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL, "missing file gave %d", (int)st);
   CHECK(strstr(err.message, "/nonexistent/model.gguf") != NULL, "message: %s", err.message);
+  CHECK(strcmp(pocket_status_name(st), "NotFound") == 0, "name %s", pocket_status_name(st));
   printf("expected error: %s: %s\n", pocket_status_name(st), err.message);
 
   pocket_model_params mp = pocket_model_default_params();
+  mp.tokenizer_path = "/nonexistent/tok512.bin";
+  st = pocket_model_load(argv[1], &mp, &bad, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND && bad == NULL && strstr(err.message, "/nonexistent/tok512.bin"),
+        "missing tokenizer gave %d: %s", (int)st, err.message);
   mp.tokenizer_path = argv[2];
   pocket_model* model = NULL;
   st = pocket_model_load(argv[1], &mp, &model, &err);
@@ -914,6 +1050,8 @@ int main(int argc, char** argv) {
   printf("expected error: %s\n", err.message);
 
   test_empty_constraints(session, text);
+  test_struct_size(model, session, text);
+  test_result_reset(session, text);
   test_candidate_rule(session, model);
   test_no_chat_template(model, session);
   test_cancel(session, text);
