@@ -252,6 +252,21 @@ class SlowClients(unittest.TestCase):
         self.assertTrue(any("did not arrive within 4000 ms" in l for l in server.log),
                         "".join(server.log[-20:]))
 
+    @staticmethod
+    def until_status(want, request, seconds=10):
+        """request() until it answers `want`, within a deadline: on a loaded machine the server may
+        not have taken (or let go of) the connections a step expects yet. A connection it resets
+        (the listener refusing one while the client still sends) is asked again too."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                got = request()
+            except OSError as e:
+                got = (None, {}, repr(e).encode())
+            if got[0] == want or time.monotonic() > deadline:
+                return got
+            time.sleep(0.1)
+
     def test_beyond_max_connections_probes_are_answered_and_others_wait(self):
         server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--parallel", "1", "-t", "1",
                         "--max-connections", "4", "--request-timeout", "30")
@@ -266,26 +281,33 @@ class SlowClients(unittest.TestCase):
             status, _, data = server.request("GET", "/metrics", key=None)
             self.assertEqual(status, 200)
             self.assertIn("pocket_connections_open", data.decode())
-            status, headers, data = server.request("POST", "/v1/completions", chat, key=None)
+            # Until the server has taken all 4 (a loaded machine may take longer than 0.3 s), a
+            # request may still find a free connection: ask again, within a deadline.
+            status, headers, data = self.until_status(
+                503, lambda: server.request("POST", "/v1/completions", chat, key=None))
             self.assertEqual(status, 503, data)
             self.assertEqual(headers.get("Retry-After"), "1")
             self.assertEqual(json.loads(data)["error"]["code"], "too_many_connections")
-            # The probes' reserve (8) held too: the listener itself answers 503.
-            socks += self.open_slow(server, 8)
-            time.sleep(0.3)
-            status, headers, data = server.request("GET", "/health", key=None)
+            # The probes' reserve (8) held too: the listener itself answers 503. Connections of
+            # the requests above may not be let go of yet (the server reads their end in its own
+            # time), and a slow one opened while they are is refused: open them one at a time
+            # until /health is refused, at most 8 and a few.
+            for _ in range(8 + 6):
+                socks += self.open_slow(server, 1)
+                time.sleep(0.1)
+                status, headers, data = self.until_status(
+                    503, lambda: server.request("GET", "/health", key=None), seconds=0)
+                if status == 503:
+                    break
             self.assertEqual(status, 503, data)
             self.assertEqual(headers.get("Retry-After"), "1")
             self.assertEqual(json.loads(data)["error"]["code"], "too_many_connections")
             for s in socks:
                 s.close()
             socks = []
-            deadline = time.monotonic() + 10
-            while True:  # the closed ones are gone once the server reads their end
-                status, _, data = server.request("POST", "/v1/completions", chat, key=None)
-                if status == 200 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            # The closed ones are gone once the server reads their end.
+            status, _, data = self.until_status(
+                200, lambda: server.request("POST", "/v1/completions", chat, key=None))
             self.assertEqual(status, 200, data)
         finally:
             for s in socks:
