@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -98,24 +99,43 @@ TEST(ThreadPoolTest, SharedByConcurrentCallers) {
 
 // Callers take turns in the order they came: one that runs region after region (a server's
 // decoding) does not starve another (its scoring), as an unfair lock let it.
-TEST(ThreadPoolTest, ConcurrentCallersTakeTurns) {
+TEST(ThreadPoolTest, ACallerThatComesBackQueuesBehindOneWaiting) {
+  // Callers take turns (a ticket each): one that ends its region and calls again goes behind a
+  // caller already waiting. With a plain mutex it took the lock again at once, over and over, and
+  // a scoring request starved the server's decoding (issue 43). Ordered by construction, not by
+  // timing a loop (CI preempted a thread between calls and failed a bound on a whole loop): A holds
+  // the turn, B waits for it, A calls again, and B's region must come first.
   ThreadPool pool(2);
-  std::atomic<bool> done{false};
-  std::atomic<int64_t> greedy_runs{0};
-  std::thread greedy([&] {
-    while (!done.load()) {
-      pool.Run([](int) {});
-      greedy_runs.fetch_add(1);
-    }
-  });
-  while (greedy_runs.load() < 100) std::this_thread::yield();
-  const int64_t start = greedy_runs.load();
-  for (int i = 0; i < 200; ++i) pool.Run([](int) {});
-  const int64_t meanwhile = greedy_runs.load() - start;
-  done.store(true);
-  greedy.join();
-  // Strict turns: about one of its regions per one of ours (some slack for the start).
-  EXPECT_LE(meanwhile, 2 * 200 + 50);
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> release{false}, a_inside{false};
+    std::mutex mu;
+    std::vector<char> order;
+    auto record = [&](char c) {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(c);
+    };
+    std::thread a([&] {
+      pool.Run([&](int t) {
+        if (t != 0) return;
+        a_inside = true;
+        while (!release.load()) std::this_thread::yield();
+      });
+      pool.Run([&](int t) {
+        if (t == 0) record('A');
+      });
+    });
+    while (!a_inside.load()) std::this_thread::yield();
+    std::thread b([&] {
+      pool.Run([&](int t) {
+        if (t == 0) record('B');
+      });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // B is waiting for its turn
+    release = true;
+    a.join();
+    b.join();
+    EXPECT_EQ(order, (std::vector<char>{'B', 'A'})) << "round " << round;
+  }
 }
 
 }  // namespace
