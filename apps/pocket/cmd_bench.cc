@@ -1,9 +1,9 @@
 // pocket bench: prefill (pp) and decode (tg) speed, load time, memory and CPU time, next to this
 // machine's ceilings measured in the same run. Markdown by default; --json prints one object per
 // line, one per (model, threads), and with --spec one per (model, threads, mode).
+#include "bench/bench.h"
 #include "common.h"
 #include "progress.h"
-#include "runtime/bench.h"
 
 namespace pocket::cli {
 

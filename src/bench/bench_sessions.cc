@@ -6,9 +6,9 @@
 
 #include "base/rng.h"
 #include "base/timer.h"
+#include "bench/bench.h"
 #include "kernels/select.h"
 #include "model/model.h"
-#include "runtime/bench.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/session.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 namespace pocket {
 namespace {

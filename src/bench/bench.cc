@@ -1,4 +1,4 @@
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 #include "model/adapter.h"
 
