@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "pocket/pocket.h"
 
@@ -11,6 +12,25 @@
 #endif
 
 namespace pocket::capi {
+
+pocket_status Fail(pocket_error* err, pocket_status code, const std::string& message) {
+  if (err != nullptr) {
+    err->code = code;
+    std::snprintf(err->message, sizeof(err->message), "%s", message.c_str());
+  }
+  return code;
+}
+
+pocket_status Report(pocket_error* err, const Status& s) {
+  if (s.ok()) {
+    if (err != nullptr) {
+      err->code = POCKET_OK;
+      err->message[0] = '\0';
+    }
+    return POCKET_OK;
+  }
+  return Fail(err, static_cast<pocket_status>(static_cast<int>(s.code())), s.message());
+}
 
 Status CheckPathExists(const char* path, std::string_view what) {
   struct stat st {};

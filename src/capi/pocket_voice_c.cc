@@ -26,37 +26,9 @@ struct pocket_voice {
 
 namespace {
 
-pocket_status Fail(pocket_error* err, pocket_status code, const std::string& message) {
-  if (err != nullptr) {
-    err->code = code;
-    std::snprintf(err->message, sizeof(err->message), "%s", message.c_str());
-  }
-  return code;
-}
-
-pocket_status Report(pocket_error* err, const pocket::Status& s) {
-  if (s.ok()) {
-    if (err != nullptr) {
-      err->code = POCKET_OK;
-      err->message[0] = '\0';
-    }
-    return POCKET_OK;
-  }
-  return Fail(err, static_cast<pocket_status>(static_cast<int>(s.code())), s.message());
-}
-
-template <typename Fn>
-pocket_status Guard(pocket_error* err, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return Fail(err, POCKET_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(err, POCKET_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return Fail(err, POCKET_ERR_INTERNAL, "internal error");
-  }
-}
+using pocket::capi::Fail;
+using pocket::capi::Guard;
+using pocket::capi::Report;
 
 // The fields after struct_size, in order (capi/params.h), and the library's defaults.
 constexpr std::array kVoiceFields{POCKET_CAPI_FIELD(pocket_voice_params, tokenizer_path),
