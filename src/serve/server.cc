@@ -29,6 +29,8 @@
 #include "serve/connections.h"
 #include "serve/http_policy.h"
 #include "serve/openai.h"
+#include "serve/score_worker.h"
+#include "serve/session_store.h"
 
 namespace pocket::serve {
 namespace {
@@ -68,19 +70,6 @@ struct Job {
 };
 
 constexpr auto kFlushInterval = std::chrono::milliseconds(40);
-// How often a handler waiting for a whole (non-streamed) response checks that its client is there.
-constexpr auto kAlivePollInterval = std::chrono::milliseconds(20);
-
-// Whether the client closed (or reset) the connection: a read that would return end-of-file. Reads
-// nothing (a request the client pipelined stays for the next handler).
-bool PeerClosed(int fd) {
-  char c;
-  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return false;
-  if (n == 0) return true;
-  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-}
-
 void FinishJob(Job& job, Status status) {
   std::lock_guard<std::mutex> lock(job.mu);
   job.status = std::move(status);
@@ -543,115 +532,6 @@ void SendError(httplib::Response& res, const ApiError& e) {
 }
 
 }  // namespace
-
-// /v1/score and /v1/classify: on a thread and a session of their own, off the scheduler's thread
-// (whose engine steps every stream), one request at a time. The session shares the engine's
-// thread pool, which runs one parallel region at a time: scoring and decoding interleave, and a
-// long scoring prefill slows the streams instead of stopping them. A client that leaves cancels
-// its request (queued: dropped; running: stopped between prefill chunks).
-class ScoreWorker {
- public:
-  ScoreWorker(std::unique_ptr<Session> session, int32_t queue_limit, bool release_kv)
-      : session_(std::move(session)), queue_limit_(queue_limit), release_kv_(release_kv) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~ScoreWorker() { Stop(); }
-
-  const Session& session() const { return *session_; }
-  size_t kv_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return kv_bytes_;
-  }
-
-  // Runs `task` on the worker's session with `adapters` and waits for it; `gone` is asked every
-  // kAlivePollInterval whether the client left (then the task is cancelled: Cancelled error).
-  Status Run(AdapterSet adapters, std::function<Status(Session&)> task,
-             const std::function<bool()>& gone) {
-    auto t = std::make_shared<Task>();
-    t->adapters = std::move(adapters);
-    t->fn = std::move(task);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return ResourceExhaustedError("the server is shutting down");
-      if (queue_.size() >= static_cast<size_t>(queue_limit_) + 1) {
-        return ResourceExhaustedError("the scoring queue is full (", queue_limit_,
-                                      " requests waiting)");
-      }
-      queue_.push_back(t);
-      cv_.notify_all();
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, kAlivePollInterval, [&] { return t->finished; })) {
-      if (t->cancelled || !gone()) continue;
-      t->cancelled = true;
-      if (running_ == t.get()) session_->Cancel();  // else the worker drops it
-    }
-    return t->status;
-  }
-
-  // Cancels what runs, fails what waits, ends the thread. Any thread, any number of times.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      if (running_ != nullptr) session_->Cancel();
-      cv_.notify_all();
-    }
-    std::lock_guard<std::mutex> lock(join_mu_);  // CancelAll and Serve may stop it together
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  struct Task {
-    AdapterSet adapters;
-    std::function<Status(Session&)> fn;
-    Status status;
-    bool finished = false;   // under mu_
-    bool cancelled = false;  // under mu_
-  };
-
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
-      std::shared_ptr<Task> t = std::move(queue_.front());
-      queue_.pop_front();
-      if (t->cancelled || stopping_) {
-        t->status = stopping_ ? ResourceExhaustedError("the server is shutting down")
-                              : CancelledError("the client went away");
-        t->finished = true;
-        cv_.notify_all();
-        continue;
-      }
-      running_ = t.get();
-      session_->ClearCancel();  // a late Cancel() meant for the task before
-      lock.unlock();
-      Status s = session_->SetAdapters(t->adapters);
-      if (s.ok()) s = t->fn(*session_);
-      if (release_kv_) session_->Reset();  // under --kv-budget: its pages go back at once
-      const size_t kv = session_->kv_bytes();
-      lock.lock();
-      running_ = nullptr;
-      kv_bytes_ = kv;
-      t->status = std::move(s);
-      t->finished = true;
-      cv_.notify_all();
-    }
-  }
-
-  std::unique_ptr<Session> session_;
-  const int32_t queue_limit_;
-  const bool release_kv_;
-  std::mutex mu_;
-  std::condition_variable cv_;  // a task queued or finished, or stopping
-  std::deque<std::shared_ptr<Task>> queue_;
-  Task* running_ = nullptr;
-  bool stopping_ = false;
-  size_t kv_bytes_ = 0;
-  std::mutex join_mu_;
-  std::thread thread_;
-};
 
 // cpp-httplib's task queue over the server's connection table (serve/connections.h).
 class ConnectionQueue : public httplib::TaskQueue {
@@ -1510,58 +1390,6 @@ struct Server::Impl {
     });
   }
 };
-
-namespace {
-
-std::string SessionPath(const std::string& dir, size_t slot) {
-  return StrCat(dir, "/slot-", slot, ".session");
-}
-
-// The contexts a previous run saved (SaveSessions), one per slot, offered to the prefix cache. A
-// file that does not load (another model, a context too small, damage) is skipped with a line in
-// the log: the server starts either way.
-void LoadSessions(const ServeOptions& options, std::vector<std::unique_ptr<Session>>& sessions) {
-  int32_t loaded = 0;
-  for (size_t i = 0; i < sessions.size(); ++i) {
-    const std::string path = SessionPath(options.session_dir, i);
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) continue;
-    StatusOr<std::string> r = sessions[i]->Load(path, /*max_user_data_bytes=*/0);
-    if (!r.ok()) {
-      if (options.log) options.log(StrCat("skipping a saved session: ", r.status().message()));
-      continue;
-    }
-    sessions[i]->ShareWithPrefixCache();
-    ++loaded;
-  }
-  if (options.log && loaded > 0) {
-    options.log(StrCat("loaded ", loaded, " sessions from ", options.session_dir));
-  }
-}
-
-// Each slot's context, with the base model's weights (a session an adapter served last is not
-// saved: its conversation is the adapter's), or no file when it holds none.
-Status SaveSessions(const ServeOptions& options,
-                    const std::vector<std::unique_ptr<Session>>& sessions) {
-  std::error_code ec;
-  if (Status made = CreatePrivateDirectories(options.session_dir); !made.ok()) {
-    return IoError("cannot create --session-dir ", options.session_dir, ": ", made.message());
-  }
-  int32_t saved = 0;
-  for (size_t i = 0; i < sessions.size(); ++i) {
-    const std::string path = SessionPath(options.session_dir, i);
-    if (sessions[i]->history().empty() || !sessions[i]->adapters().empty()) {
-      std::filesystem::remove(path, ec);  // not a context of an older run either
-      continue;
-    }
-    POCKET_RETURN_IF_ERROR(sessions[i]->Save(path));
-    ++saved;
-  }
-  if (options.log) options.log(StrCat("saved ", saved, " sessions to ", options.session_dir));
-  return Status::Ok();
-}
-
-}  // namespace
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() {
