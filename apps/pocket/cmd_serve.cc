@@ -27,7 +27,7 @@ Command AddServeCommand(CLI::App& root) {
     std::string model;
     EngineFlags engine;
     serve::ServeOptions serve;
-    std::string api_key_file, alias, kv_budget;
+    std::string api_key_file, alias, kv_budget, prefix_cache = "256M";
     std::vector<std::string> lora;  // NAME=FILE|DIR[:SCALE]
     int32_t drain_timeout = 30;     // seconds
     double request_timeout = 10;    // seconds
@@ -71,6 +71,10 @@ Command AddServeCommand(CLI::App& root) {
                   "extension)");
   app->add_option("--kv-budget", f->kv_budget,
                   "cap on KV cache bytes (e.g. 256M; sessions beyond it are saved to disk)");
+  app->add_option("--prefix-cache", f->prefix_cache,
+                  "bytes of finished requests' contexts kept for later turns and shared prompts, "
+                  "least recently used dropped beyond it (0: none)")
+      ->capture_default_str();
   app->add_option("--swap-dir", f->serve.swap_dir,
                   "where sessions are saved under --kv-budget, created 0700 if missing (default: "
                   "a fresh private directory under $TMPDIR, removed at exit)");
@@ -127,6 +131,12 @@ Command AddServeCommand(CLI::App& root) {
               if (!bytes.ok())
                 return ReportUsageError(StrCat("--kv-budget: ", bytes.status().message()));
               f->serve.kv_budget_bytes = static_cast<size_t>(*bytes);
+            }
+            {
+              StatusOr<uint64_t> bytes = ParseByteCount(f->prefix_cache);
+              if (!bytes.ok())
+                return ReportUsageError(StrCat("--prefix-cache: ", bytes.status().message()));
+              f->serve.prefix_cache_bytes = static_cast<size_t>(*bytes);
             }
             // A server lives long: memory a large request freed goes back to the OS (with
             // the server's trimming when it falls idle, serve/server.cc).

@@ -223,8 +223,8 @@ void Engine::Finish(Request& r, bool run_finish) {
   if (run_finish && r.step != nullptr && r.status.ok()) {
     r.status = r.step->Finish(r.options.max_tokens);
     r.result.decode_us = r.watch.elapsed_us();
-    // The prompt's keys and values into the prefix cache, after the output (as Generate).
-    if (r.status.ok() && !r.swapped) r.session->StorePrefix(r.prompt);
+    // The context's keys and values into the prefix cache, the reply's too, after the output.
+    if (r.status.ok() && !r.swapped) r.session->StoreContext();
   }
   r.phase = Request::Phase::kDone;
   r.session->cancel_.store(false, std::memory_order_relaxed);

@@ -5,19 +5,19 @@
 namespace pocket {
 
 PrefixCache::Entry* PrefixCache::Match(const Model& model, const AdapterSet& adapters, KvType type,
-                                       std::span<const int32_t> tokens, size_t* n) {
+                                       std::string_view salt, std::span<const int32_t> tokens,
+                                       size_t* n) {
   Entry* best = nullptr;
   *n = 0;
   for (auto& e : entries_) {
     if (e->model.expired() || e->model.lock().get() != &model || e->type != type ||
-        !SameAdapters(e->adapters, adapters)) {
+        e->salt != salt || !SameAdapters(e->adapters, adapters)) {
       continue;
     }
     const size_t limit = std::min(e->tokens.size(), tokens.size());
     size_t common = 0;
     while (common < limit && e->tokens[common] == tokens[common]) ++common;
-    common = common / kKvBlockPositions * kKvBlockPositions;
-    if (common > *n) {
+    if (common >= static_cast<size_t>(options_.min_match) && common > *n) {
       *n = common;
       best = e.get();
     }
@@ -27,17 +27,17 @@ PrefixCache::Entry* PrefixCache::Match(const Model& model, const AdapterSet& ada
 
 StatusOr<int32_t> PrefixCache::Restore(const Model& model, const AdapterSet& adapters,
                                        std::span<const int32_t> tokens, size_t max_len,
-                                       size_t min_len, KvCache& kv) {
+                                       size_t min_len, KvCache& kv, std::string_view salt) {
   const std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
   tokens = tokens.first(std::min(tokens.size(), max_len));
   size_t n = 0;
-  Entry* e = Match(model, adapters, kv.type(), tokens, &n);
-  n = std::min(n, static_cast<size_t>(kv.n_ctx()) / kKvBlockPositions * kKvBlockPositions);
+  Entry* e = Match(model, adapters, kv.type(), salt, tokens, &n);
+  n = std::min(n, static_cast<size_t>(kv.n_ctx()));
   if (e == nullptr || n == 0 || n <= min_len) return 0;
   const int32_t first = static_cast<int32_t>(min_len / kKvBlockPositions);
-  POCKET_RETURN_IF_ERROR(
-      kv.ShareBlocksFrom(e->kv, first, static_cast<int32_t>(n / kKvBlockPositions) - first));
+  const int32_t stop = static_cast<int32_t>((n + kKvBlockPositions - 1) / kKvBlockPositions);
+  POCKET_RETURN_IF_ERROR(kv.ShareBlocksFrom(e->kv, first, stop - first));
   e->last_used = ++clock_;
   ++stats_.hits;
   stats_.hit_tokens += static_cast<int64_t>(n - min_len);
@@ -45,8 +45,9 @@ StatusOr<int32_t> PrefixCache::Restore(const Model& model, const AdapterSet& ada
 }
 
 Status PrefixCache::Store(const std::shared_ptr<const Model>& model, const AdapterSet& adapters,
-                          std::span<const int32_t> tokens, const KvCache& kv) {
-  const Status s = StoreLocked(model, adapters, tokens, kv);
+                          std::span<const int32_t> tokens, const KvCache& kv,
+                          std::string_view salt) {
+  const Status s = StoreLocked(model, adapters, tokens, kv, salt);
   if (!s.ok()) {
     const std::lock_guard<std::mutex> lock(mu_);
     ++stats_.store_failures;
@@ -56,27 +57,29 @@ Status PrefixCache::Store(const std::shared_ptr<const Model>& model, const Adapt
 
 Status PrefixCache::StoreLocked(const std::shared_ptr<const Model>& model,
                                 const AdapterSet& adapters, std::span<const int32_t> tokens,
-                                const KvCache& kv) {
+                                const KvCache& kv, std::string_view salt) {
   if (model == nullptr) return InvalidArgumentError("no model");
-  const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.n_ctx())) / kKvBlockPositions *
-                   kKvBlockPositions;
+  const size_t n = std::min(tokens.size(), static_cast<size_t>(kv.n_ctx()));
   if (n == 0 || n < static_cast<size_t>(std::max(options_.min_tokens, 1))) return Status::Ok();
   tokens = tokens.first(n);
   {
     const std::lock_guard<std::mutex> lock(mu_);
     size_t have = 0;
-    Entry* e = Match(*model, adapters, kv.type(), tokens, &have);
+    Entry* e = Match(*model, adapters, kv.type(), salt, tokens, &have);
     if (e != nullptr && have == n) {
       e->last_used = ++clock_;
       return Status::Ok();
     }
   }
-  // The copy, outside the lock (the caller's cache is its own).
-  POCKET_ASSIGN_OR_RETURN(KvCache copy,
-                          KvCache::Create(model->config(), static_cast<int32_t>(n), kv.type()));
+  // The copy, outside the lock (the caller's cache is its own): the blocks holding [0, n), the
+  // last one whole.
+  const int32_t blocks = static_cast<int32_t>((n + kKvBlockPositions - 1) / kKvBlockPositions);
+  POCKET_ASSIGN_OR_RETURN(
+      KvCache copy, KvCache::Create(model->config(),
+                                    blocks * static_cast<int32_t>(kKvBlockPositions), kv.type()));
   if (copy.context_bytes() > options_.max_bytes) return Status::Ok();
-  POCKET_RETURN_IF_ERROR(copy.ShareBlocksFrom(kv, 0, static_cast<int32_t>(n / kKvBlockPositions)));
-  auto entry = std::make_unique<Entry>(Entry{model, adapters, kv.type(),
+  POCKET_RETURN_IF_ERROR(copy.ShareBlocksFrom(kv, 0, blocks));
+  auto entry = std::make_unique<Entry>(Entry{model, adapters, kv.type(), std::string(salt),
                                              std::vector<int32_t>(tokens.begin(), tokens.end()),
                                              std::move(copy), 0, 0});
   entry->bytes = entry->kv.bytes() + n * sizeof(int32_t);
@@ -87,7 +90,7 @@ Status PrefixCache::StoreLocked(const std::shared_ptr<const Model>& model,
       stats_.bytes -= old->bytes;
       return true;
     }
-    if (old->model.lock() != model || old->type != entry->type ||
+    if (old->model.lock() != model || old->type != entry->type || old->salt != entry->salt ||
         !SameAdapters(old->adapters, adapters) || old->tokens.size() > n ||
         !std::equal(old->tokens.begin(), old->tokens.end(), entry->tokens.begin())) {
       return false;

@@ -246,8 +246,9 @@ StatusOr<size_t> Session::RestorePrefix(std::span<const int32_t> prompt, size_t 
                                         GenerateResult* result) {
   if (prefix_cache_ == nullptr || prompt.size() < 2) return common;
   // At least the last prompt token is evaluated: its logits are the first sample's.
-  POCKET_ASSIGN_OR_RETURN(const int32_t n, prefix_cache_->Restore(*model_, adapters_, prompt,
-                                                                  prompt.size() - 1, common, kv_));
+  POCKET_ASSIGN_OR_RETURN(
+      const int32_t n, prefix_cache_->Restore(*model_, adapters_, prompt, prompt.size() - 1, common,
+                                              kv_, cache_salt_));
   if (n == 0) return common;
   history_.assign(prompt.begin(), prompt.begin() + n);
   logits_at_ = 0;
@@ -255,13 +256,17 @@ StatusOr<size_t> Session::RestorePrefix(std::span<const int32_t> prompt, size_t 
   return static_cast<size_t>(n);
 }
 
-void Session::StorePrefix(std::span<const int32_t> prompt) {
+void Session::StoreContext() {
   if (prefix_cache_ == nullptr) return;
-  // Only rows the history still holds (it starts with the prompt after a prefill). A store that
-  // fails (memory) is the cache's loss, counted in its stats, not the request's error.
-  const Status stored = prefix_cache_->Store(
-      model_, adapters_, prompt.first(std::min(prompt.size(), history_.size())), kv_);
+  // A store that fails (memory) is the cache's loss, counted in its stats, not the request's error.
+  const Status stored = prefix_cache_->Store(model_, adapters_, history_, kv_, cache_salt_);
   static_cast<void>(stored);  // counted in the cache's stats
+}
+
+void Session::SetCacheSalt(std::string_view salt) {
+  if (salt == cache_salt_) return;
+  ResetKeepingPages();
+  cache_salt_.assign(salt);
 }
 
 StatusOr<GenerateResult> Session::Generate(std::span<const int32_t> prompt,
@@ -309,7 +314,7 @@ StatusOr<GenerateResult> Session::GenerateUnbatched(std::span<const int32_t> pro
     POCKET_RETURN_IF_ERROR(DecodeSpeculative(step, options, &result));
     POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
     result.decode_us = watch.elapsed_us();
-    StorePrefix(prompt);
+    StoreContext();
     return result;
   }
   for (int32_t i = 0; i < options.max_tokens; ++i) {
@@ -336,8 +341,9 @@ StatusOr<GenerateResult> Session::GenerateUnbatched(std::span<const int32_t> pro
   }
   POCKET_RETURN_IF_ERROR(step.Finish(options.max_tokens));
   result.decode_us = watch.elapsed_us();
-  // After the output (not before the first token): the prompt's rows are as prefill left them.
-  StorePrefix(prompt);
+  // After the output (not before the first token): the whole context, the reply's rows too, so
+  // that a conversation's next turn finds it.
+  StoreContext();
   return result;
 }
 

@@ -187,7 +187,14 @@ class Session {
   // other sessions whose prompts start with it copy its keys and values: pocket serve does so
   // with the conversations it loads at start.
   void ShareWithPrefixCache() {
-    StorePrefix(history_);
+    StoreContext();
+  }
+  // The prefix cache's salt for this session's later requests (pocket serve: a request's
+  // cache_salt): lookups and stores see only the entries of the same salt. A different salt also
+  // forgets the context (its pages kept), so that what is reused never crosses salts.
+  void SetCacheSalt(std::string_view salt);
+  const std::string& cache_salt() const {
+    return cache_salt_;
   }
 
   // Forgets the context and frees its KV pages: memory back to the system.
@@ -246,8 +253,9 @@ class Session {
   // new common length.
   StatusOr<size_t> RestorePrefix(std::span<const int32_t> prompt, size_t common,
                                  GenerateResult* result);
-  // After an output: stores the prompt's keys and values in the prefix cache (when there is one).
-  void StorePrefix(std::span<const int32_t> prompt);
+  // After an output: stores the context's keys and values (the prompt's and the reply's) in the
+  // prefix cache (when there is one), under the session's salt.
+  void StoreContext();
   // Cuts a draft tree where the constraint would not follow it (speculative.cc).
   Status PruneTree(TokenStep& step, std::vector<DraftNode>* tree);
   // The decode loop of Generate with a drafter (speculative.cc).
@@ -270,6 +278,7 @@ class Session {
   AdapterSet adapters_;
   std::shared_ptr<ThreadPool> pool_;
   std::shared_ptr<PrefixCache> prefix_cache_;
+  std::string cache_salt_;
   int32_t n_batch_;
   std::vector<int32_t> history_;
   std::vector<float> logits_;

@@ -438,6 +438,18 @@ std::optional<ApiError> NestingError(std::string_view body_text) {
   return Bad("", nesting.message());
 }
 
+// "cache_salt" (vLLM's): a string of at most 256 bytes.
+std::optional<ApiError> CacheSalt(const json& body, std::string* out) {
+  const auto it = body.find("cache_salt");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return Bad("cache_salt", "'cache_salt' must be a string");
+  if (it->get_ref<const std::string&>().size() > 256) {
+    return Bad("cache_salt", "'cache_salt' holds at most 256 bytes");
+  }
+  *out = it->get<std::string>();
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_text,
@@ -665,6 +677,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (user != body.end() && !user->is_null() && !user->is_string()) {
     return Bad("user", "'user' must be a string");
   }
+  if (auto e = CacheSalt(body, &r.cache_salt)) return e;
   *out = std::move(r);
   return std::nullopt;
 }
@@ -710,6 +723,7 @@ std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body_t
       r.candidates.push_back((*c)[i].get<std::string>());
     }
   }
+  if (auto e = CacheSalt(body, &r.cache_salt)) return e;
   *out = std::move(r);
   return std::nullopt;
 }

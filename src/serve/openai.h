@@ -76,6 +76,10 @@ struct ApiRequest {
   int32_t top_logprobs = 0;
   int32_t n = 1;        // choices (each its own request, seeds seed, seed + 1, ...)
   std::string adapter;  // the adapter picked (empty: the base model)
+  // vLLM's cache_salt: the prefix cache's namespace for this request (at most 256 bytes); requests
+  // reuse only contexts computed under the same salt (none: the shared one), so cached_tokens
+  // cannot reveal another tenant's prompt.
+  std::string cache_salt;
 };
 
 // The text that opens a tool call in the model's output (Qwen's format).
@@ -96,6 +100,7 @@ struct ScoreRequest {
   PromptRequest prompt;
   bool chat = false;                    // "messages" (rendered with the generation prompt)
   std::vector<std::string> candidates;  // /v1/score: 1 to 64 non-empty strings
+  std::string cache_salt;               // as ApiRequest::cache_salt
 };
 std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body,
                                           std::string_view served_model, const ApiLimits& limits,

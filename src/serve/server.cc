@@ -47,6 +47,7 @@ struct Job {
   std::optional<PreparedRequest> call;
   bool forced_call = false;  // required / a named function: the whole output is the call's JSON
   AdapterSet adapters;       // the adapter the request picked (empty: the base)
+  std::string cache_salt;    // the request's cache_salt: the contexts it may reuse
   bool stream = false;       // the client reads the text as it comes (else only the result)
   std::mutex mu;
   std::condition_variable cv;
@@ -99,6 +100,7 @@ struct Metrics {
   std::atomic<int64_t> cancelled{0};  // requests whose client went away
   std::atomic<int32_t> running{0};
   std::atomic<int64_t> kv_bytes{0};  // KV pages held by the sessions and the prefix cache
+  std::atomic<int64_t> prefix_bytes{0};
   std::atomic<int64_t> prefix_lookups{0};
   std::atomic<int64_t> prefix_hits{0};
   std::atomic<int64_t> prefix_hit_tokens{0};
@@ -229,9 +231,10 @@ class Scheduler {
           queue_.clear();
         }
         while (!queue_.empty() && !free_.empty()) {
-          admitted.emplace_back(std::move(queue_.front()), free_.back());
+          const auto slot = free_.begin() + BestSlot(*queue_.front());
+          admitted.emplace_back(std::move(queue_.front()), *slot);
           queue_.pop_front();
-          free_.pop_back();
+          free_.erase(slot);
         }
       }
       for (auto& [job, session] : admitted) {
@@ -247,6 +250,7 @@ class Scheduler {
           Release(session);
           continue;
         }
+        session->SetCacheSalt(job->cache_salt);
         if (job->prepared.options.drafter != nullptr) {
           RunSpeculative(job, session);
           continue;
@@ -290,6 +294,27 @@ class Scheduler {
     }
   }
 
+  // The free session for `job` (an index into free_): the one whose context shares the longest
+  // prefix with the job's prompt, under the same adapters and salt; among equals the one free the
+  // longest, so the contexts used last stay for their conversations' next turns.
+  size_t BestSlot(const Job& job) const {
+    const std::span<const int32_t> prompt = job.prepared.prompt.ids;
+    size_t best = 0, best_common = 0;
+    for (size_t i = 0; i < free_.size(); ++i) {
+      const Session& s = *free_[i];
+      if (s.cache_salt() != job.cache_salt || !SameAdapters(s.adapters(), job.adapters)) continue;
+      const std::span<const int32_t> context = s.history();
+      const size_t limit = std::min(context.size(), prompt.size());
+      size_t common = 0;
+      while (common < limit && context[common] == prompt[common]) ++common;
+      if (common > best_common) {
+        best = i;
+        best_common = common;
+      }
+    }
+    return best;
+  }
+
   // The KV bytes held (each session's private pages, the prefix cache's entries: a page shared by
   // a session and the cache counted once) and the cache's and swaps' counters, for /metrics.
   void PublishMemory() {
@@ -298,6 +323,7 @@ class Scheduler {
     const PrefixCacheStats ps = cache_->stats();
     kv += ps.bytes;
     metrics_->kv_bytes.store(static_cast<int64_t>(kv));
+    metrics_->prefix_bytes.store(static_cast<int64_t>(ps.bytes));
     metrics_->prefix_lookups.store(ps.lookups);
     metrics_->prefix_hits.store(ps.hits);
     metrics_->prefix_hit_tokens.store(ps.hit_tokens);
@@ -709,6 +735,7 @@ struct Server::Impl {
       const Status s = scorer->Run(
           AdaptersOf(sr.adapter),
           [&](Session& session) -> Status {
+            session.SetCacheSalt(sr.cache_salt);
             POCKET_ASSIGN_OR_RETURN(labels, session.Classify(prompt->ids));
             return Status::Ok();
           },
@@ -734,6 +761,7 @@ struct Server::Impl {
       const Status s = scorer->Run(
           AdaptersOf(sr.adapter),
           [&](Session& session) -> Status {
+            session.SetCacheSalt(sr.cache_salt);
             POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
             return Status::Ok();
           },
@@ -831,6 +859,7 @@ struct Server::Impl {
       job->id = ids.id;
       job->prepared = std::move(*prepared);
       job->adapters = AdaptersOf(api.adapter);
+      job->cache_salt = api.cache_salt;
       if (!api.assistant_prefix.empty()) {
         EncodeOptions eo;
         eo.parse_special = true;
@@ -1076,6 +1105,9 @@ struct Server::Impl {
            "KV-cache bytes held by the sessions (generating, idle and scoring) and the prefix "
            "cache.",
            m.kv_bytes.load() + static_cast<int64_t>(scorer->kv_bytes()));
+    metric("prefix_cache_bytes", "gauge",
+           "Bytes of the prefix cache's entries (pages shared with sessions counted here too).",
+           m.prefix_bytes.load());
     metric("prefix_cache_lookups_total", "counter", "Prefix-cache lookups.",
            m.prefix_lookups.load());
     metric("prefix_cache_hits_total", "counter", "Prefix-cache lookups that restored a prefix.",
@@ -1478,9 +1510,11 @@ Status Server::Impl::Start(ServeModel loaded) {
   eo.kv_budget_bytes = engine_budget;
   eo.swap_dir = options.swap_dir;
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, pool, eo));
-  auto cache = std::make_shared<PrefixCache>();
+  PrefixCacheOptions po;
+  po.max_bytes = options.prefix_cache_bytes;
+  auto cache = std::make_shared<PrefixCache>(po);
   std::vector<std::unique_ptr<Session>> sessions;
-  so.prefix_cache = cache;
+  if (options.prefix_cache_bytes > 0) so.prefix_cache = cache;
   for (int32_t i = 0; i < options.parallel; ++i) {
     POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::Create(model, so));
     sessions.push_back(std::move(s));

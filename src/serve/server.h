@@ -36,6 +36,9 @@ struct ServeOptions {
   KvType kv_type = KvType::kF16;
   size_t kv_budget_bytes = 0;  // 0: none (EngineOptions::kv_budget_bytes)
   std::string swap_dir;        // where sessions are saved under a budget
+  // The prefix cache's entries (finished requests' contexts, for later turns and shared
+  // prompts), least recently used dropped beyond it (0: no cache).
+  size_t prefix_cache_bytes = size_t{256} << 20;
   // Where each session's context (the conversation it served last) is saved when the server
   // stops (slot-N.session) and loaded from when it starts, shared through the prefix cache;
   // empty: none.

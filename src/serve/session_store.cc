@@ -44,7 +44,8 @@ Status SaveSessions(const ServeOptions& options,
   int32_t saved = 0;
   for (size_t i = 0; i < sessions.size(); ++i) {
     const std::string path = SessionPath(options.session_dir, i);
-    if (sessions[i]->history().empty() || !sessions[i]->adapters().empty()) {
+    if (sessions[i]->history().empty() || !sessions[i]->adapters().empty() ||
+        !sessions[i]->cache_salt().empty()) {
       std::filesystem::remove(path, ec);  // not a context of an older run either
       continue;
     }

@@ -17,7 +17,8 @@ namespace pocket::serve {
 void LoadSessions(const ServeOptions& options, std::vector<std::unique_ptr<Session>>& sessions);
 
 // Each slot's context, with the base model's weights (a session an adapter served last is not
-// saved: its conversation is the adapter's), or no file when it holds none.
+// saved: its conversation is the adapter's; nor one a request with a cache_salt served last: the
+// files load under no salt), or no file when it holds none.
 Status SaveSessions(const ServeOptions& options,
                     const std::vector<std::unique_ptr<Session>>& sessions);
 

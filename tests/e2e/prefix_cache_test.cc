@@ -79,12 +79,22 @@ TEST(PrefixCacheTest, ASecondSessionCopiesTheSharedPrefixAndGeneratesTheSame) {
   EXPECT_EQ(ra->n_cached_tokens, 0);
   EXPECT_EQ(cache->stats().stores, 1);
   EXPECT_EQ(cache->stats().entries, 1);
+  // The entry is a's whole context, its reply too: b reuses as much of it as its prompt repeats
+  // (stories260K continues the story with the words the second prompt adds), to the token.
+  const std::span<const int32_t> context = a->history();
+  ASSERT_EQ(context.size(), first.size() + ra->tokens.size() - 1);
+  size_t common = 0;
+  while (common < context.size() && common < second.size() - 1 &&
+         context[common] == second[common]) {
+    ++common;
+  }
+  ASSERT_GE(common, first.size());
   a.reset();  // the entry outlives the session that computed it
 
   auto b = NewSession(model, cache);
   auto rb = b->Generate(std::span<const int32_t>(second), Greedy(40));
   ASSERT_TRUE(rb.ok());
-  const int32_t expect_cached = static_cast<int32_t>(first.size() / 16 * 16);
+  const int32_t expect_cached = static_cast<int32_t>(common);
   EXPECT_EQ(rb->n_cached_tokens, expect_cached);
   EXPECT_EQ(rb->n_reused_tokens, expect_cached);
   EXPECT_EQ(rb->n_prompt_tokens, static_cast<int32_t>(second.size()) - expect_cached);
@@ -101,11 +111,13 @@ TEST(PrefixCacheTest, ASecondSessionCopiesTheSharedPrefixAndGeneratesTheSame) {
   auto c = NewSession(model, cache);
   ASSERT_TRUE(c->SetContext(second).ok());  // SetContext does not use the cache
   EXPECT_EQ(cache->stats().hits, 1);
-  // The longer prompt was stored as an entry that serves both.
-  EXPECT_EQ(cache->stats().entries, 1);
+  // b's context (its prompt and reply) was stored beside a's, which b's prompt does not extend
+  // where a's reply and b's prompt part.
+  EXPECT_EQ(cache->stats().entries, common + 1 < first.size() + ra->tokens.size() ? 2 : 1);
   const PrefixCacheStats st = cache->stats();
   EXPECT_EQ(st.hit_tokens, expect_cached);
-  // A prompt that differs in its first block gets nothing.
+  // A prompt that differs within its first 16 tokens (PrefixCacheOptions::min_match) gets
+  // nothing.
   std::vector<int32_t> other = second;
   other[3] = (other[3] + 1) % model->config().vocab_size;
   auto d = NewSession(model, cache);
@@ -164,11 +176,18 @@ TEST(PrefixCacheTest, EntriesArePerAdapterSetAndKvTypeAndEvictedLeastRecentlyUse
   // rows were computed in the same chunks of 32 as its own would be).
   auto with2 = NewSession(model, cache);
   ASSERT_TRUE(with2->SetAdapters({{*adapter, 1.0f}}).ok());
-  auto r2 = with2->Generate(std::span<const int32_t>(longer), Greedy(8));
+  // A prompt that parts from `longer` at 96 = 3 whole chunks of n_batch keeps this exact on tile
+  // tables: no cached row changes form.
+  std::vector<int32_t> parted(prompt.begin(), prompt.begin() + 96);
+  parted.insert(parted.end(), {(prompt[96] + 1) % vocab, 5, 6, 7, 8, 9});
+  auto r2 = with2->Generate(std::span<const int32_t>(parted), Greedy(8));
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(r2->n_cached_tokens, 96);
-  // 96 = 3 whole chunks of n_batch keeps this exact on tile tables: no cached row changes form.
-  EXPECT_EQ(r2->tokens, r->tokens);
+  auto with_alone = NewSession(model, nullptr);
+  ASSERT_TRUE(with_alone->SetAdapters({{*adapter, 1.0f}}).ok());
+  auto r2_alone = with_alone->Generate(std::span<const int32_t>(parted), Greedy(8));
+  ASSERT_TRUE(r2_alone.ok());
+  EXPECT_EQ(r2->tokens, r2_alone->tokens);
 
   // A budget of one and a half entries: the least recently used goes.
   auto one = KvCache::Create(model->config(), 96, KvType::kF16);
@@ -186,7 +205,7 @@ TEST(PrefixCacheTest, EntriesArePerAdapterSetAndKvTypeAndEvictedLeastRecentlyUse
   auto s2 = NewSession(model, tight);
   auto hit = s2->Generate(std::span<const int32_t>(p2), Greedy(1));
   ASSERT_TRUE(hit.ok());
-  EXPECT_EQ(hit->n_cached_tokens, 96);  // the most recent entry
+  EXPECT_EQ(hit->n_cached_tokens, static_cast<int32_t>(p2.size()) - 1);  // the most recent entry
   auto s3 = NewSession(model, tight);
   auto miss = s3->Generate(std::span<const int32_t>(prompt), Greedy(1));
   ASSERT_TRUE(miss.ok());
@@ -244,7 +263,13 @@ TEST(PrefixCacheTest, EngineRequestsUseTheCache) {
   ASSERT_TRUE((*engine)->Run().ok());
   auto rb = (*engine)->Take(*ib);
   ASSERT_TRUE(rb.ok());
-  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(first.size() / 16 * 16));
+  size_t common = 0;
+  while (common < a->history().size() && common < second.size() - 1 &&
+         a->history()[common] == second[common]) {
+    ++common;
+  }
+  ASSERT_GE(common, first.size());
+  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(common));
   auto alone = session(nullptr);
   auto expected = alone->Generate(std::span<const int32_t>(second), Greedy(30));
   ASSERT_TRUE(expected.ok());
@@ -291,13 +316,14 @@ TEST(PrefixCacheTest, WholePagesAreSharedAndCopiedOnlyWhenWritten) {
   // followed by other chunks gives the same bits as a fresh prefill.
   EXPECT_EQ(ra->tokens, expected->tokens);
   const size_t page = a->kv_page_bytes();
-  // The entry holds a's whole pages of the prompt.
-  EXPECT_EQ(a->kv_shared_bytes(), whole_pages * page);
+  // The entry holds a's whole pages of its context (the prompt and the reply).
+  EXPECT_EQ(a->kv_shared_bytes(), a->history().size() / kKvPagePositions * page);
 
   auto b = session(cache);
   auto rb = b->Generate(std::span<const int32_t>(prompt), Greedy(24));
   ASSERT_TRUE(rb.ok());
-  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(prompt.size() / 16 * 16));
+  // All but the last token (its logits are the first sample's), to the token.
+  EXPECT_EQ(rb->n_cached_tokens, static_cast<int32_t>(prompt.size()) - 1);
   EXPECT_EQ(rb->tokens, expected->tokens);
   EXPECT_EQ(b->kv_shared_bytes(), whole_pages * page);
 
@@ -337,13 +363,13 @@ TEST(PrefixCacheTest, WholePagesAreSharedAndCopiedOnlyWhenWritten) {
   ASSERT_TRUE(expected2.ok());
   EXPECT_EQ(rb2->tokens, expected2->tokens);
   // Its pages now: page 0 still the first entry's, the copies it wrote shared with the entry
-  // that stored `changed`.
-  EXPECT_EQ(b->kv_shared_bytes(), whole_pages * page);
+  // that stored `changed` and its reply.
+  EXPECT_EQ(b->kv_shared_bytes(), b->history().size() / kKvPagePositions * page);
   EXPECT_EQ(cache->stats().entries, 2);
   auto e = session(cache);
   auto re = e->Generate(std::span<const int32_t>(prompt), Greedy(24));
   ASSERT_TRUE(re.ok());
-  EXPECT_EQ(re->n_cached_tokens, static_cast<int32_t>(prompt.size() / 16 * 16));
+  EXPECT_EQ(re->n_cached_tokens, static_cast<int32_t>(prompt.size()) - 1);
   EXPECT_EQ(re->tokens, expected->tokens);
   EXPECT_TRUE(
       std::equal(e->last_logits().begin(), e->last_logits().end(), alone->last_logits().begin()));
@@ -356,6 +382,86 @@ TEST(PrefixCacheTest, WholePagesAreSharedAndCopiedOnlyWhenWritten) {
   EXPECT_EQ(ra2->tokens, expected3->tokens);
   EXPECT_TRUE(
       std::equal(a->last_logits().begin(), a->last_logits().end(), alone3->last_logits().begin()));
+}
+
+// A conversation through the engine, each turn on whichever session is free (as pocket serve's
+// slots): the next turn's prompt is the previous context, the reply as generated, and a new
+// message (a chat template that renders a past reply as it was generated). Each turn evaluates
+// only the tokens that are new: the reply's last token (sampled, never evaluated) and the new
+// message. Another salt reuses nothing, on the same cache.
+TEST(PrefixCacheTest, ConversationsKeepTheirRepliesUnderTheirSalt) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto cache = std::make_shared<PrefixCache>();
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  auto session = [&](std::shared_ptr<PrefixCache> c) -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 512;
+    so.n_batch = 32;
+    so.pool = *pool;
+    so.prefix_cache = std::move(c);
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  const char* messages[] = {" Lily said hello to the dog.", " Then she ran to her mom.",
+                            " The sun was warm and the sky was blue."};
+  std::vector<int32_t> prompt = Encode(*model, kStory);
+  std::vector<std::unique_ptr<Session>> slots;
+  for (int turn = 0; turn < 3; ++turn) {
+    slots.push_back(session(cache));  // a fresh session each turn: only the cache remembers
+    auto id = (*engine)->Submit(slots.back().get(), prompt, Greedy(12));
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE((*engine)->Run().ok());
+    auto r = (*engine)->Take(*id);
+    ASSERT_TRUE(r.ok());
+    const size_t before = prompt.size();
+    if (turn > 0) {
+      // Everything but the new message and the previous reply's last token came from the cache.
+      const size_t added = Encode(*model, messages[turn - 1]).size() - 1;  // without BOS
+      EXPECT_EQ(r->n_cached_tokens, static_cast<int32_t>(before - added - 1)) << "turn " << turn;
+      EXPECT_EQ(r->n_prompt_tokens, static_cast<int32_t>(added + 1)) << "turn " << turn;
+    }
+    // Alone, without a cache: the same tokens (stories260K: one kernel form whatever the chunks).
+    auto alone = session(nullptr);
+    auto expected = alone->Generate(std::span<const int32_t>(prompt), Greedy(12));
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(r->tokens, expected->tokens) << "turn " << turn;
+    if (turn == 2) break;
+    prompt.insert(prompt.end(), r->tokens.begin(), r->tokens.end());
+    std::vector<int32_t> more = Encode(*model, messages[turn]);
+    prompt.insert(prompt.end(), more.begin() + 1, more.end());  // without BOS
+  }
+  // Another tenant's salt: nothing reused, not even the story's start.
+  auto other = session(cache);
+  other->SetCacheSalt("tenant-b");
+  auto io = (*engine)->Submit(other.get(), prompt, Greedy(4));
+  ASSERT_TRUE(io.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto ro = (*engine)->Take(*io);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->n_cached_tokens, 0);
+  // Its own context stays its own: a session that changes salt forgets it.
+  auto again = (*engine)->Submit(other.get(), prompt, Greedy(4));
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto ra = (*engine)->Take(*again);
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->n_reused_tokens, static_cast<int32_t>(prompt.size()) - 1);
+  other->SetCacheSalt("");
+  EXPECT_TRUE(other->history().empty());
+  // Under the shared salt again, the conversation's context is found.
+  auto back = (*engine)->Submit(other.get(), prompt, Greedy(4));
+  ASSERT_TRUE(back.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto rback = (*engine)->Take(*back);
+  ASSERT_TRUE(rback.ok());
+  EXPECT_GT(rback->n_cached_tokens, 0);
 }
 
 // Under a KV budget the engine counts the cache's entries too, and evicts them (least recently

@@ -144,6 +144,56 @@ class ServeTest(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
+    def test_conversations_keep_their_replies(self):
+        """Two conversations taking turns on two slots (stories260K, whose greedy replies are the
+        tokens their text encodes to: the case of a template that renders a reply as it was
+        generated): from the second turn on, only the new message and the last token of the
+        previous reply are evaluated, whichever slot serves the turn. A request under another
+        cache_salt reuses nothing."""
+        server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--api-key", KEY,
+                        "--parallel", "2", "-t", "2", "-c", "1024")
+        try:
+            def ask(prompt, salt=None):
+                body = {"model": server.model, "prompt": prompt, "max_tokens": 24,
+                        "temperature": 0}
+                if salt is not None:
+                    body["cache_salt"] = salt
+                status, _, data = server.request("POST", "/v1/completions", body)
+                self.assertEqual(status, 200, data)
+                out = json.loads(data)
+                return out["choices"][0]["text"], out["usage"]
+
+            prompts = {"a": "Once upon a time, there was a little girl named Lily.",
+                       "b": "Tom had a big red ball. He liked to play with it in the park."}
+            messages = [" She went to the park.", " Then they went home.", " The end came."]
+            previous = {}
+            for turn in range(3):
+                for name in ("a", "b"):
+                    text, usage = ask(prompts[name])
+                    if name in previous:
+                        prev = previous[name]
+                        new = usage["prompt_tokens"] - prev["prompt_tokens"] - \
+                            prev["completion_tokens"]
+                        self.assertGreater(new, 0, usage)
+                        self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"],
+                                         usage["prompt_tokens"] - new - 1,
+                                         f"turn {turn} of {name}: {usage}, before {prev}")
+                    previous[name] = usage
+                    prompts[name] += text + messages[turn]
+            # Another tenant's salt: the same prompt, nothing reused.
+            _, usage = ask(prompts["a"], salt="tenant-b")
+            self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 0, usage)
+            _, usage = ask(prompts["a"], salt="tenant-b")
+            self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"],
+                             usage["prompt_tokens"] - 1, usage)
+            status, _, data = server.request("POST", "/v1/completions",
+                                             {"model": server.model, "prompt": "x",
+                                              "cache_salt": 7})
+            self.assertEqual(status, 400, data)
+            self.assertIn("cache_salt", json.loads(data)["error"]["message"])
+        finally:
+            self.assertEqual(server.stop(), 0, "".join(server.log))
+
     def test_qwen3_tokenizer_model_with_the_openai_client(self):
         require(os.path.join(OPENAI, "package.json"), "run scripts/fetch_fixtures.sh")
         require(QWEN3_TOKENIZER, "run scripts/fetch_fixtures.sh")
