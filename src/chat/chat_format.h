@@ -41,7 +41,7 @@ struct ToolCall {
 // Which calls a constrained output may hold.
 struct CallRule {
   std::string only;       // the one tool that may be called (empty: any of them)
-  bool parallel = true;   // one or more calls in a row; false: exactly one
+  bool parallel = false;  // one or more calls in a row; false: exactly one
   int32_t max_calls = 0;  // with parallel: at most this many (0: no limit)
 };
 

@@ -106,7 +106,9 @@ TEST(ChatFormatTest, ParsesOneOrSeveralCallsAndRefusesPartialOnes) {
 TEST(ChatFormatTest, ParallelGrammarAcceptsSeveralCallsEachValidAgainstItsSchema) {
   const ChatFormat format = ChatFormat::Default();
   const std::vector<Tool> tools = WeatherAndAdd();
-  const ConstraintSpec parallel = format.CallConstraint(tools, {});
+  CallRule rule;
+  rule.parallel = true;
+  const ConstraintSpec parallel = format.CallConstraint(tools, rule);
   EXPECT_TRUE(Accepts(parallel, kTwoCalls));
   EXPECT_TRUE(Accepts(parallel, std::string(kTwoCalls) + "\n</tool_call>"));
   EXPECT_TRUE(Accepts(parallel, R"({"name": "add", "arguments": {"a": 1, "b": 2}})"));
@@ -130,9 +132,7 @@ TEST(ChatFormatTest, ParallelGrammarAcceptsSeveralCallsEachValidAgainstItsSchema
 
 TEST(ChatFormatTest, WithoutParallelCallsTheGrammarRefusesASecondCall) {
   const ChatFormat format = ChatFormat::Default();
-  CallRule rule;
-  rule.parallel = false;
-  const ConstraintSpec one = format.CallConstraint(WeatherAndAdd(), rule);
+  const ConstraintSpec one = format.CallConstraint(WeatherAndAdd(), CallRule{});  // the default
   EXPECT_TRUE(one.json_list.empty());
   EXPECT_TRUE(Accepts(one, R"({"name": "add", "arguments": {"a": 1, "b": 2}})"));
   EXPECT_FALSE(Accepts(one, kTwoCalls));
@@ -143,6 +143,7 @@ TEST(ChatFormatTest, WithoutParallelCallsTheGrammarRefusesASecondCall) {
 TEST(ChatFormatTest, MaxCallsAndANamedToolBoundTheCalls) {
   const ChatFormat format = ChatFormat::Default();
   CallRule rule;
+  rule.parallel = true;
   rule.max_calls = 2;
   const ConstraintSpec two = format.CallConstraint(WeatherAndAdd(), rule);
   EXPECT_TRUE(Accepts(two, kTwoCalls));
@@ -150,6 +151,7 @@ TEST(ChatFormatTest, MaxCallsAndANamedToolBoundTheCalls) {
                                 R"({"name": "add", "arguments": {"a": 5, "b": 6}})"));
   CallRule only;
   only.only = "add";
+  only.parallel = true;
   const ConstraintSpec adds = format.CallConstraint(WeatherAndAdd(), only);
   EXPECT_FALSE(Accepts(adds, kTwoCalls));  // its first call is get_weather's
   EXPECT_TRUE(Accepts(adds, R"({"name": "add", "arguments": {"a": 1, "b": 2}})"
