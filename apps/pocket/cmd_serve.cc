@@ -90,6 +90,11 @@ Command AddServeCommand(CLI::App& root) {
   app->add_option("--max-tokens", f->serve.max_tokens,
                   "the most tokens a request may generate (and chat's default)")
       ->capture_default_str();
+  app->add_option("--max-tool-calls", f->serve.max_tool_calls,
+                  "the most tool calls one turn may hold when a request allows parallel calls "
+                  "(0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   app->add_option("--max-body", f->serve.max_body_bytes, "largest request body in bytes (413)")
       ->capture_default_str();
   app->add_option("--max-connections,--http-threads", f->serve.max_connections,

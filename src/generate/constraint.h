@@ -77,6 +77,16 @@ StatusOr<std::unique_ptr<Constraint>> MakeChoiceConstraint(const Tokenizer& toke
 StatusOr<std::unique_ptr<Constraint>> MakeRegexConstraint(const Tokenizer& tokenizer,
                                                           std::string_view pattern);
 
+// Several values of one JSON Schema in a row, for outputs such as a turn of tool calls: the first
+// value, then up to max_values - 1 more, each preceded by `separator`, and then, optionally,
+// `close`. An empty separator: no list (one value, the plain schema constraint).
+struct JsonList {
+  std::string separator;
+  std::string close;
+  int32_t max_values = 0;  // 0: no limit
+  bool empty() const { return separator.empty(); }
+};
+
 // Everything that selects a constraint, as the CLI and the C API take it. At most one of
 // choices, regex, json_schema and grammar may be given. An empty string means "not given"; one
 // that is only whitespace is an error ("blank regex", ...), and so is an empty or blank choice.
@@ -91,6 +101,8 @@ struct ConstraintSpec {
   bool has_span_source = false;
   std::vector<std::string> span_fields;
   std::string span_rule = "span";
+  // With json_schema: a list of its values rather than one.
+  JsonList json_list;
   bool empty() const {
     return choices.empty() && regex.empty() && json_schema.empty() && grammar.empty();
   }

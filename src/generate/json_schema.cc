@@ -1402,4 +1402,27 @@ StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_jso
   return g;
 }
 
+StatusOr<std::unique_ptr<Grammar>> CompileJsonSchemaList(std::string_view schema_json,
+                                                         const JsonList& list,
+                                                         const JsonSchemaOptions& options) {
+  if (list.empty()) return CompileJsonSchema(schema_json, options);
+  if (list.max_values < 0 || list.max_values > kMaxJsonListValues) {
+    return InvalidArgumentError("JSON list: max_values must be from 0 (no limit) to ",
+                                kMaxJsonListValues, ", got ", list.max_values);
+  }
+  POCKET_RETURN_IF_ERROR(utf8::Validate(list.separator));
+  POCKET_RETURN_IF_ERROR(utf8::Validate(list.close));
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Grammar> g, CompileJsonSchema(schema_json, options));
+  // root ::= value (separator value){0, max - 1} close?
+  const uint32_t value = g->root();
+  GrammarSeq next = g->Literal(list.separator);
+  next.push_back(Grammar::Ref(value));
+  const uint32_t more =
+      g->Repeat(next, 0, list.max_values == 0 ? -1 : list.max_values - 1, "list-more");
+  const uint32_t close = g->Alternatives({{}, g->Literal(list.close)}, "list-close");
+  g->SetRoot(g->AddRule("list", {{Grammar::Ref(value), Grammar::Ref(more), Grammar::Ref(close)}}));
+  POCKET_RETURN_IF_ERROR(g->Check());
+  return g;
+}
+
 }  // namespace pocket

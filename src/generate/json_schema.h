@@ -97,6 +97,14 @@ inline constexpr size_t kMaxJsonSchemaElements = 1000000;
 StatusOr<std::unique_ptr<Grammar>> CompileJsonSchema(std::string_view schema_json,
                                                      const JsonSchemaOptions& options = {});
 
+// The grammar of a list of the schema's values (JsonList, generate/constraint.h): the schema's
+// grammar under a root that repeats it. An empty list is the schema's grammar alone; a list's
+// texts must be valid UTF-8 and max_values within 0 to kMaxJsonListValues.
+inline constexpr int32_t kMaxJsonListValues = 1000;
+StatusOr<std::unique_ptr<Grammar>> CompileJsonSchemaList(std::string_view schema_json,
+                                                         const JsonList& list,
+                                                         const JsonSchemaOptions& options = {});
+
 // The canonical text of a JSON value (see above). NaN and infinities are written as null.
 std::string CanonicalJson(const nlohmann::json& value);
 

@@ -274,6 +274,34 @@ TEST(JsonSchema, Spans) {
   EXPECT_NE(no_source.status().message().find("span source"), std::string::npos);
 }
 
+// A list of values (JsonList): 1 to max_values values joined by the separator, then the closing
+// text or not; each value checked against the schema.
+TEST(JsonSchema, ListsOfValues) {
+  JsonList list;
+  list.separator = "; ";
+  list.close = ".";
+  list.max_values = 3;
+  auto g = CompileJsonSchemaList(R"({"type":"integer","minimum":0})", list);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"1", "1.", "1; 2", "1; 2; 3", "1; 2; 3."}) {
+    EXPECT_TRUE(Accepts(g->get(), ok)) << ok;
+  }
+  for (const char* bad : {"", ".", "1; ", "1; -2", "1; 2; 3; 4", "1..", "1.; 2"}) {
+    EXPECT_FALSE(Accepts(g->get(), bad)) << bad;
+  }
+  list.max_values = 0;  // no limit
+  auto unbounded = CompileJsonSchemaList(R"({"type":"integer"})", list);
+  ASSERT_TRUE(unbounded.ok());
+  EXPECT_TRUE(Accepts(unbounded->get(), "1; 2; 3; 4; 5; 6."));
+  list.separator.clear();  // no list: the schema alone
+  auto one = CompileJsonSchemaList(R"({"type":"integer"})", list);
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(Accepts(one->get(), "7"));
+  EXPECT_FALSE(Accepts(one->get(), "7."));
+  list.separator = "\xff";
+  EXPECT_FALSE(CompileJsonSchemaList(R"({"type":"integer"})", list).ok());
+}
+
 // Hostile schemas (issue 43): nesting and groups past the limits are refused before anything
 // recurses over them, and a schema whose grammar would grow past kMaxJsonSchemaRules stops there.
 TEST(JsonSchema, BombsAreRefusedNamingTheLimit) {

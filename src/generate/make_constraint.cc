@@ -36,6 +36,8 @@ StatusOr<std::unique_ptr<Constraint>> MakeConstraint(const Tokenizer& tokenizer,
     return InvalidArgumentError(
         "give one constraint: choices, a regular expression, a JSON schema or a grammar");
   }
+  if (!spec.json_list.empty() && spec.json_schema.empty())
+    return InvalidArgumentError("a JSON list needs a JSON schema for its values");
   if (kinds == 0) {
     if (spec.has_span_source)
       return InvalidArgumentError("a span source needs a JSON schema or a grammar to apply to");
@@ -49,7 +51,7 @@ StatusOr<std::unique_ptr<Constraint>> MakeConstraint(const Tokenizer& tokenizer,
     o.span_source = spec.span_source;
     o.has_span_source = spec.has_span_source;
     o.span_fields = spec.span_fields;
-    POCKET_ASSIGN_OR_RETURN(grammar, CompileJsonSchema(spec.json_schema, o));
+    POCKET_ASSIGN_OR_RETURN(grammar, CompileJsonSchemaList(spec.json_schema, spec.json_list, o));
   } else {
     GbnfOptions o;
     if (spec.has_span_source) {

@@ -90,5 +90,17 @@ TEST(MakeConstraint, UnsatisfiableSchemaIsRefusedUpFront) {
   EXPECT_NE(Error(spec).find("unsatisfiable JSON Schema at #"), std::string::npos) << Error(spec);
 }
 
+TEST(MakeConstraint, AJsonListNeedsASchemaAndABoundWithinLimits) {
+  ConstraintSpec spec;
+  spec.json_list = JsonList{",", "", 0};
+  EXPECT_EQ(Error(spec), "a JSON list needs a JSON schema for its values");
+  spec.json_schema = R"({"type": "integer"})";
+  EXPECT_EQ(Error(spec), "");
+  spec.json_list.max_values = -1;
+  EXPECT_NE(Error(spec).find("max_values"), std::string::npos);
+  spec.json_list.max_values = 3;
+  EXPECT_EQ(Error(spec), "");
+}
+
 }  // namespace
 }  // namespace pocket

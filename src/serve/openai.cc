@@ -12,24 +12,6 @@ namespace pocket::serve {
 
 using nlohmann::json;
 
-namespace {
-
-// Invalid UTF-8 (a model's partial character, a client's bytes echoed in a message) becomes U+FFFD
-// rather than an exception.
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-}  // namespace
-
-std::string ErrorJson(const ApiError& e) {
-  json err = {{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
-  return Dump(json{{"error", std::move(err)}});
-}
-
 ApiError ErrorFromStatus(const Status& status, std::string_view param) {
   ApiError e;
   e.message = std::string(status.message());
@@ -219,36 +201,10 @@ std::optional<ApiError> ModelAndAdapter(const json& body, std::string_view serve
   return std::nullopt;
 }
 
-// Python's json.dumps (", " and ": " separators, keys in the order given, non-ASCII as it is): what
-// the chat template's `tojson` writes for the tools.
-std::string PyJson(const nlohmann::ordered_json& j) {
-  if (j.is_object()) {
-    std::string out = "{";
-    bool first = true;
-    for (const auto& [k, v] : j.items()) {
-      if (!first) out += ", ";
-      first = false;
-      out += nlohmann::ordered_json(k).dump(-1, ' ', false, json::error_handler_t::replace);
-      out += ": ";
-      out += PyJson(v);
-    }
-    return out + "}";
-  }
-  if (j.is_array()) {
-    std::string out = "[";
-    for (size_t i = 0; i < j.size(); ++i) {
-      if (i > 0) out += ", ";
-      out += PyJson(j[i]);
-    }
-    return out + "]";
-  }
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. Appends
-// each tool's JSON (as the template writes it) to *rendered.
-std::optional<ApiError> Tools(const json& body, std::string_view body_text, std::vector<Tool>* out,
-                              std::string* rendered) {
+// "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}], each
+// with its JSON as the client wrote it (for the prompt).
+std::optional<ApiError> Tools(const json& body, std::string_view body_text,
+                              std::vector<Tool>* out) {
   const auto it = body.find("tools");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_array()) return Bad("tools", "'tools' must be an array");
@@ -292,34 +248,20 @@ std::optional<ApiError> Tools(const json& body, std::string_view body_text, std:
                    StrCat("'", p, ".function.parameters': ", compiled.status().message()));
       }
     }
-    rendered->append("\n");
-    rendered->append(ordered.is_object() ? PyJson(ordered["tools"][i]) : PyJson(t));
+    tool.json = ordered.is_object() ? ordered["tools"][i].dump() : t.dump();
     out->push_back(std::move(tool));
   }
   return std::nullopt;
 }
 
-// The schema of a call to one of `tools` (all of them, or the one named `only`).
-std::string ToolCallSchema(const std::vector<Tool>& tools, std::string_view only) {
-  json alts = json::array();
-  for (const Tool& t : tools) {
-    if (!only.empty() && t.name != only) continue;
-    alts.push_back(
-        {{"type", "object"},
-         {"properties", {{"name", {{"const", t.name}}}, {"arguments", json::parse(t.parameters)}}},
-         {"required", {"name", "arguments"}},
-         {"additionalProperties", false}});
-  }
-  return alts.size() == 1 ? alts[0].dump() : json{{"anyOf", std::move(alts)}}.dump();
-}
-
-// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
-std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r) {
+// "tool_choice": "none" | "auto" | "required" | {"type": "function", "function": {"name"}} (its
+// name in *only); "parallel_tool_calls": a boolean.
+std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r, std::string* only) {
+  if (auto e = Boolean(body, "parallel_tool_calls", &r->parallel_tool_calls)) return e;
   const auto it = body.find("tool_choice");
-  std::string name;
+  std::string& name = *only;
   if (it == body.end() || it->is_null()) {
     r->tool_choice = r->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
-    if (!r->tools.empty()) r->tool_call_schema = ToolCallSchema(r->tools, "");
     return std::nullopt;
   }
   if (it->is_string()) {
@@ -330,7 +272,6 @@ std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r) {
     }
     if (c == "auto") {
       r->tool_choice = r->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
-      if (!r->tools.empty()) r->tool_call_schema = ToolCallSchema(r->tools, "");
       return std::nullopt;
     }
     if (c != "required") {
@@ -357,15 +298,15 @@ std::optional<ApiError> ToolChoiceOf(const json& body, ApiRequest* r) {
                  StrCat("'tool_choice' names '", name, "', which is not in 'tools'"));
     }
   }
-  r->tool_call_schema = ToolCallSchema(r->tools, name);
   return std::nullopt;
 }
 
-// An assistant message's "tool_calls", appended to its content as the template writes them.
+// An assistant message's "tool_calls", appended to its content as the chat format writes them.
 // `ordered`: the same message with its keys in the client's order (object arguments are written
 // so).
 std::optional<ApiError> AssistantToolCalls(const json& m, const nlohmann::ordered_json& ordered,
                                            const std::string& p, std::string* content) {
+  std::vector<ToolCall> past;
   const auto calls = m.find("tool_calls");
   if (calls == m.end() || calls->is_null()) return std::nullopt;
   if (!calls->is_array())
@@ -392,16 +333,15 @@ std::optional<ApiError> AssistantToolCalls(const json& m, const nlohmann::ordere
             oa = &c2["function"]["arguments"];
           }
         }
-        arguments = PyJson(oa != nullptr ? *oa : nlohmann::ordered_json::parse(a.dump()));
+        arguments = chat::TemplateJson(oa != nullptr ? oa->dump() : a.dump());
       } else if (!a.is_null()) {
         return Bad(q + ".function.arguments",
                    StrCat("'", q, ".function.arguments' must be a string of JSON"));
       }
     }
-    if (i > 0 || !content->empty()) content->append("\n");
-    content->append(StrCat("<tool_call>\n{\"name\": \"", (*f)["name"].get<std::string>(),
-                           "\", \"arguments\": ", arguments, "}\n</tool_call>"));
+    past.push_back({"", (*f)["name"].get<std::string>(), std::move(arguments)});
   }
+  chat::ChatFormat::Default().AppendCalls(past, content);
   return std::nullopt;
 }
 
@@ -471,15 +411,23 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
   g.seed_bits = SeedBits::k32;
 
   if (auto e = ModelAndAdapter(body, served_model, limits, &r.model, &r.adapter)) return e;
+  const chat::ChatFormat format = chat::ChatFormat::Default();
 
   if (endpoint == Endpoint::kChat) {
     const auto messages = body.find("messages");
     if (messages == body.end() || !messages->is_array() || messages->empty()) {
       return Bad("messages", "'messages' is required and must be a non-empty array");
     }
-    std::string tools_json;
-    if (auto e = Tools(body, body_text, &r.tools, &tools_json)) return e;
-    if (auto e = ToolChoiceOf(body, &r)) return e;
+    if (auto e = Tools(body, body_text, &r.tools)) return e;
+    std::string only;  // tool_choice's function
+    if (auto e = ToolChoiceOf(body, &r, &only)) return e;
+    if (r.tool_choice != ToolChoice::kNone) {
+      chat::CallRule rule;
+      rule.only = only;
+      rule.parallel = r.parallel_tool_calls;
+      rule.max_calls = limits.max_tool_calls;
+      r.call_constraint = format.CallConstraint(r.tools, rule);
+    }
     std::vector<ChatMessage> ms;
     bool after_tool = false;  // the last message was a tool's: its response joins that turn
     nlohmann::ordered_json ordered_messages;  // parsed when an assistant message has tool calls
@@ -513,34 +461,14 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
         if (auto e = AssistantToolCalls(m, om, p, &cm.content)) return e;
       }
       if (cm.role == "tool") {
-        // Qwen's template: consecutive tool responses in one user turn.
-        std::string response = StrCat("<tool_response>\n", cm.content, "\n</tool_response>");
-        if (after_tool) {
-          ms.back().content += "\n" + response;
-        } else {
-          ms.push_back({"user", std::move(response)});
-        }
+        format.AddToolResponse(cm.content, after_tool, &ms);
         after_tool = true;
         continue;
       }
       after_tool = false;
       ms.push_back(std::move(cm));
     }
-    if (r.tool_choice != ToolChoice::kNone) {
-      // Qwen's template: the tools after the system prompt (or as the system prompt).
-      std::string block = StrCat(
-          "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-          "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
-          tools_json,
-          "\n</tools>\n\nFor each function call, return a json object with function name and "
-          "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-          "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
-      if (!ms.empty() && ms.front().role == "system") {
-        ms.front().content += "\n\n" + block;
-      } else {
-        ms.insert(ms.begin(), ChatMessage{"system", std::move(block)});
-      }
-    }
+    if (r.tool_choice != ToolChoice::kNone) format.AddTools(r.tools, &ms);
     g.messages = std::move(ms);
     const auto kwargs = body.find("chat_template_kwargs");
     if (kwargs != body.end() && !kwargs->is_null()) {
@@ -668,10 +596,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
                  "'response_format' cannot be combined with a 'tool_choice' that forces a call");
     }
     // The turn starts the call (no thinking first); its JSON is constrained to the tools.
-    g.constraint.json_schema = r.tool_call_schema;
-    g.stop.clear();  // a stop string must not cut the call's JSON
+    g.constraint = r.call_constraint;
+    g.stop.clear();  // a stop string must not cut the calls' JSON
     g.chat.enable_thinking = false;
-    r.assistant_prefix = StrCat(kToolCallOpen, "\n");
+    r.assistant_prefix = std::string(format.CallPrefix());
   }
   const auto user = body.find("user");
   if (user != body.end() && !user->is_null() && !user->is_string()) {
@@ -726,203 +654,6 @@ std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body_t
   if (auto e = CacheSalt(body, &r.cache_salt)) return e;
   *out = std::move(r);
   return std::nullopt;
-}
-
-std::string_view FinishReason(StopReason reason) {
-  switch (reason) {
-    case StopReason::kMaxTokens:
-    case StopReason::kContextFull:
-    case StopReason::kCancelled:  // cut short (a drain's timeout): never "stop"
-      return "length";
-    default:
-      return "stop";
-  }
-}
-
-Usage UsageOf(const GenerateResult& r, size_t prompt_tokens) {
-  Usage u;
-  u.prompt_tokens = static_cast<int32_t>(prompt_tokens);
-  u.completion_tokens = static_cast<int32_t>(r.tokens.size());
-  u.cached_tokens = r.n_reused_tokens;
-  return u;
-}
-
-namespace {
-
-json UsageJson(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
-}
-
-json Head(Endpoint endpoint, const ResponseIds& ids, bool chunk) {
-  std::string object = endpoint == Endpoint::kChat
-                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                           : "text_completion";
-  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
-}
-
-std::string Event(const json& j) {
-  return StrCat("data: ", Dump(j), "\n\n");
-}
-
-// A token's bytes as OpenAI gives them: "bytes" (the UTF-8 bytes as integers) beside the text.
-json Bytes(std::string_view token) {
-  json b = json::array();
-  for (char c : token) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
-  return b;
-}
-
-// OpenAI writes -9999 for a probability that underflows.
-double Finite(float lp) {
-  return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
-}
-
-// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
-// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
-json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprob>& lps, size_t text_offset) {
-  if (endpoint == Endpoint::kChat) {
-    json content = json::array();
-    for (const TokenLogprob& t : lps) {
-      json top = json::array();
-      for (const auto& [tok, lp] : t.top) {
-        top.push_back({{"token", tok}, {"logprob", Finite(lp)}, {"bytes", Bytes(tok)}});
-      }
-      content.push_back({{"token", t.token},
-                         {"logprob", Finite(t.logprob)},
-                         {"bytes", Bytes(t.token)},
-                         {"top_logprobs", std::move(top)}});
-    }
-    return {{"content", std::move(content)}, {"refusal", nullptr}};
-  }
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
-       offsets = json::array();
-  size_t offset = text_offset;
-  for (const TokenLogprob& t : lps) {
-    tokens.push_back(t.token);
-    token_logprobs.push_back(Finite(t.logprob));
-    json alts = json::object();
-    for (const auto& [tok, lp] : t.top) alts[tok] = Finite(lp);
-    top.push_back(std::move(alts));
-    offsets.push_back(offset);
-    offset += t.token.size();
-  }
-  return {{"tokens", std::move(tokens)},
-          {"token_logprobs", std::move(token_logprobs)},
-          {"top_logprobs", std::move(top)},
-          {"text_offset", std::move(offsets)}};
-}
-
-json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
-  json out = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", calls[i].id},
-              {"type", "function"},
-              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) c["index"] = i;
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::optional<ToolCall> ParseToolCall(std::string_view json_text, std::string id) {
-  // The model's text: a schema with open values lets it nest as deep as its tokens go.
-  if (JsonNestingDepth(json_text) > kMaxJsonNesting) return std::nullopt;
-  const json j = json::parse(json_text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
-      !j.contains("arguments") || !j["arguments"].is_object()) {
-    return std::nullopt;
-  }
-  ToolCall c;
-  c.id = std::move(id);
-  c.name = j["name"].get<std::string>();
-  // The arguments as the model wrote them (its key order), compact.
-  const auto ordered = nlohmann::ordered_json::parse(json_text, nullptr, false);
-  c.arguments = ordered.is_object() && ordered.contains("arguments")
-                    ? ordered["arguments"].dump(-1, ' ', false, json::error_handler_t::replace)
-                    : Dump(j["arguments"]);
-  return c;
-}
-
-std::string CompletionJson(Endpoint endpoint, const ResponseIds& ids,
-                           const std::vector<Choice>& choices, const Usage& usage) {
-  json j = Head(endpoint, ids, false);
-  json out = json::array();
-  for (const Choice& c : choices) {
-    json choice = {{"index", c.index},
-                   {"logprobs", c.with_logprobs ? LogprobsJson(endpoint, c.logprobs, 0) : json()},
-                   {"finish_reason", c.finish_reason}};
-    if (endpoint == Endpoint::kChat) {
-      json message = {{"role", "assistant"},
-                      {"content", c.null_content ? json() : json(c.text)},
-                      {"refusal", nullptr}};
-      if (!c.tool_calls.empty()) message["tool_calls"] = ToolCallsJson(c.tool_calls, false);
-      choice["message"] = std::move(message);
-    } else {
-      choice["text"] = c.text;
-    }
-    out.push_back(std::move(choice));
-  }
-  j["choices"] = std::move(out);
-  j["usage"] = UsageJson(usage);
-  return Dump(j);
-}
-
-std::string StreamRoleEvent(const ResponseIds& ids, int32_t index) {
-  json j = Head(Endpoint::kChat, ids, true);
-  j["choices"] = json::array({{{"index", index},
-                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", nullptr}}});
-  return Event(j);
-}
-
-std::string StreamTextEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
-                            std::string_view text, const std::vector<TokenLogprob>* logprobs) {
-  json j = Head(endpoint, ids, true);
-  json choice = {{"index", index},
-                 {"logprobs", logprobs != nullptr ? LogprobsJson(endpoint, *logprobs, 0) : json()},
-                 {"finish_reason", nullptr}};
-  if (endpoint == Endpoint::kChat) {
-    choice["delta"] = {{"content", std::string(text)}};
-  } else {
-    choice["text"] = std::string(text);
-  }
-  j["choices"] = json::array({std::move(choice)});
-  return Event(j);
-}
-
-std::string StreamToolCallsEvent(const ResponseIds& ids, int32_t index,
-                                 const std::vector<ToolCall>& calls) {
-  json j = Head(Endpoint::kChat, ids, true);
-  j["choices"] = json::array({{{"index", index},
-                               {"delta", {{"tool_calls", ToolCallsJson(calls, true)}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", nullptr}}});
-  return Event(j);
-}
-
-std::string StreamFinishEvent(Endpoint endpoint, const ResponseIds& ids, int32_t index,
-                              std::string_view finish_reason) {
-  json j = Head(endpoint, ids, true);
-  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
-  if (endpoint == Endpoint::kChat) {
-    choice["delta"] = json::object();
-  } else {
-    choice["text"] = "";
-  }
-  j["choices"] = json::array({std::move(choice)});
-  return Event(j);
-}
-
-std::string StreamUsageEvent(Endpoint endpoint, const ResponseIds& ids, const Usage& usage) {
-  json j = Head(endpoint, ids, true);
-  j["choices"] = json::array();
-  j["usage"] = UsageJson(usage);
-  return Event(j);
 }
 
 }  // namespace pocket::serve

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "runtime/generate_types.h"
 #include "runtime/request.h"
 
@@ -37,13 +38,12 @@ struct ApiLimits {
   int32_t max_n = 1;             // choices per request at most (the server's --parallel)
   int32_t vocab_size = 1 << 30;  // logit_bias keys are token ids below it
   std::vector<std::string> adapters;  // names a request may pick ("MODEL:NAME", "lora")
+  int32_t max_tool_calls = 0;         // calls in one turn at most (0: no limit)
 };
 
-// A function the model may call (chat "tools"): its name and its parameters' JSON Schema.
-struct Tool {
-  std::string name;
-  std::string parameters;  // JSON Schema text ("{}" when the tool gives none)
-};
+// A function the model may call (chat "tools"): its name, its parameters' JSON Schema ("{}" when
+// the tool gives none) and its JSON as the prompt shows it.
+using chat::Tool;
 
 enum class ToolChoice {
   kNone,      // no tools offered to the model (none given, or tool_choice "none")
@@ -61,15 +61,20 @@ struct ApiRequest {
   bool include_usage = false;  // stream_options.include_usage
   // llama.cpp's server extension: generate through end-of-text tokens (benchmarks, tests).
   bool ignore_eos = false;
-  // Tools, rendered into the system prompt in Qwen's (Hermes) format; a call is
-  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>.
+  // Tools, offered in the prompt in the chat format's way (chat/chat_format.h: Qwen's Hermes
+  // format, a call is <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>).
   std::vector<Tool> tools;
   ToolChoice tool_choice = ToolChoice::kNone;
-  // The JSON Schema a call matches: {"name": const, "arguments": the tool's parameters} for each
-  // tool the choice allows (anyOf). With kRequired / kFunction it is generate.constraint.
-  std::string tool_call_schema;
+  // parallel_tool_calls: a turn may hold several calls. False unless the request says true (OpenAI
+  // defaults to true; llama.cpp's server, like pocket, to false: a small model the grammar lets
+  // call again tends to go on calling until its token budget runs out).
+  bool parallel_tool_calls = false;
+  // The constraint on the calls after the format's call prefix: each call's JSON matches one of
+  // the tools the choice allows; one call, or several in a row. With kRequired / kFunction it is
+  // generate.constraint.
+  ConstraintSpec call_constraint;
   // Text the assistant's turn starts with, after the chat template's generation prompt (a forced
-  // call: "<tool_call>\n", control tokens recognised).
+  // call: the call prefix "<tool_call>\n", control tokens recognised).
   std::string assistant_prefix;
   // logprobs / top_logprobs: the chosen tokens' log-probabilities and the top alternatives (0-20).
   bool logprobs = false;
@@ -82,8 +87,8 @@ struct ApiRequest {
   std::string cache_salt;
 };
 
-// The text that opens a tool call in the model's output (Qwen's format).
-inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+// The text that opens a tool call in the model's output (the chat format's).
+using chat::kToolCallOpen;
 
 // Parses a /v1/chat/completions or /v1/completions body. Unknown fields are ignored; a known field
 // with a wrong type or value is a 400 naming it; a model other than `served_model` is a 404; a
@@ -109,14 +114,8 @@ std::optional<ApiError> ParseScoreRequest(bool classify, std::string_view body,
 // "stop" for an end of text or a stop string, "length" for a token budget or a full context.
 std::string_view FinishReason(StopReason reason);
 
-struct ToolCall {
-  std::string id;  // call_...
-  std::string name;
-  std::string arguments;  // JSON text of an object
-};
-// A generated call, {"name": ..., "arguments": {...}} (the text between <tool_call>\n and the end
-// of the JSON value), with `id`; nullopt when it is not one.
-std::optional<ToolCall> ParseToolCall(std::string_view json_text, std::string id);
+// A call of a response: id (call_...), name, arguments (JSON text of an object).
+using chat::ToolCall;
 
 // One token's log-probability and, with top_logprobs, the most likely alternatives at its step.
 struct TokenLogprob {

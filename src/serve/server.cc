@@ -702,6 +702,7 @@ struct Server::Impl {
     limits.max_tokens = options.max_tokens;
     limits.n_ctx = options.n_ctx;
     limits.max_n = options.parallel;
+    limits.max_tool_calls = options.max_tool_calls;
     limits.vocab_size = model->tokenizer()->vocab_size();
     for (const auto& [name, set] : options.adapters) limits.adapters.push_back(name);
     return limits;
@@ -803,20 +804,22 @@ struct Server::Impl {
       }
     }
     if (job.forced_call || job.call_opened) {
+      // The calls: the output after the format's call prefix (one call, or several in a row).
+      const chat::ChatFormat format = chat::ChatFormat::Default();
       const GenerateResult& call = job.forced_call ? job.result : job.call_result;
-      std::optional<ToolCall> parsed = call.stop_reason == StopReason::kEos
-                                           ? ParseToolCall(call.text, NewId("call_"))
-                                           : std::nullopt;
+      std::optional<std::vector<ToolCall>> parsed =
+          call.stop_reason == StopReason::kEos ? format.ParseCalls(call.text) : std::nullopt;
       const std::string before = job.forced_call ? std::string() : job.content;
       if (parsed.has_value()) {
         c.text = before;  // as it was streamed
         c.null_content = c.text.empty();
-        c.tool_calls.push_back(std::move(*parsed));
+        for (ToolCall& t : *parsed) t.id = NewId("call_");
+        c.tool_calls = std::move(*parsed);
         c.finish_reason = "tool_calls";
         return c;
       }
-      // The budget ran out inside the call (or the client left): the text as it is.
-      c.text = StrCat(before, job.forced_call ? "" : StrCat(kToolCallOpen, "\n"), call.text);
+      // The budget ran out inside a call (or the client left): the text as it is.
+      c.text = StrCat(before, job.forced_call ? "" : format.CallPrefix(), call.text);
       c.finish_reason = FinishReason(call.stop_reason);
       return c;
     }
@@ -874,8 +877,7 @@ struct Server::Impl {
       // constrained by response_format: that constraint decides the whole output).
       if (api.tool_choice == ToolChoice::kAuto && api.generate.constraint.empty()) {
         GenerateRequest call = g;  // the call runs on the engine, without the drafter
-        call.constraint = {};
-        call.constraint.json_schema = api.tool_call_schema;
+        call.constraint = api.call_constraint;
         call.stop.clear();
         StatusOr<PreparedRequest> p = PrepareRequest(*model, call);
         if (!p.ok()) return SendError(res, FromStatus(p.status(), "tools"));

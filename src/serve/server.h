@@ -44,6 +44,7 @@ struct ServeOptions {
   // empty: none.
   std::string session_dir;
   int32_t max_tokens = 4096;                // the most a request may ask for
+  int32_t max_tool_calls = 0;               // tool calls in one turn at most (0: no limit)
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies: 413
   // Connections served at once (each on its own thread); 8 more may ask only /health and
   // /metrics; beyond those a connection gets a 503 with Retry-After (serve/connections.h).
