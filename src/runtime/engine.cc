@@ -10,38 +10,10 @@
 #include "base/output_file.h"
 #include "base/str.h"
 #include "base/timer.h"
+#include "runtime/engine_request.h"
 #include "runtime/token_step.h"
 
 namespace pocket {
-
-struct Engine::Request {
-  enum class Phase {
-    kPrefill,  // prompt[at, end) still to evaluate
-    kReady,    // the session's logits are those after its last token: a token step is due
-    kDecode,   // `pending` is to be evaluated
-    kDone,
-  };
-  int64_t id = 0;
-  Session* session = nullptr;
-  std::vector<int32_t> prompt;
-  GenerateOptions options;
-  StreamCallback on_text;
-  GenerateResult result;
-  Status status;
-  std::unique_ptr<TokenStep> step;  // made when the prompt is in the cache (as Generate does)
-  Phase phase = Phase::kPrefill;
-  size_t at = 0;     // the next prompt token to evaluate
-  size_t start = 0;  // the first one the prefill evaluates (after reused and cached ones)
-  int32_t pending = -1;
-  int32_t n_decoded = 0;  // token steps taken (Generate's loop counter)
-  Stopwatch watch;
-  // The KV budget: the session saved to swap_path (with swap_tokens positions) and reset.
-  bool swapped = false;
-  std::string swap_path;
-  size_t swap_tokens = 0;
-  uint64_t swap_bytes = 0;     // the file's size
-  int64_t restored_step = -1;  // the step that restored it (no victim in that step)
-};
 
 namespace {
 
@@ -236,6 +208,7 @@ void Engine::Fail(Request& r, Status status) {
 }
 
 void Engine::Advance(Request& r) {
+  if (r.scoring) return BeginScores(r);
   Session& s = *r.session;
   if (r.step == nullptr) {
     r.result.prefill_us = r.watch.elapsed_us();
@@ -303,11 +276,18 @@ StatusOr<int32_t> Engine::Step() {
     decode_rows += r->phase == Request::Phase::kDecode && !r->swapped ? 1 : 0;
   }
   int32_t prefill_rows = 0;
+  bool score_group = false;  // one score request's candidates a step
   for (auto& r : requests_) {
     const bool decode = r->phase == Request::Phase::kDecode;
-    if ((!decode && r->phase != Request::Phase::kPrefill) || r->swapped) continue;
+    const bool score = r->phase == Request::Phase::kScore;
+    if ((!decode && !score && r->phase != Request::Phase::kPrefill) || r->swapped) continue;
+    if (score && score_group) continue;
     Session& s = *r->session;
     if (s.cancelled()) {
+      if (r->scoring) {
+        Fail(*r, CancelledError("scoring was cancelled"));
+        continue;
+      }
       r->result.stop_reason = StopReason::kCancelled;
       // As Generate: a prefill cancelled returns at once, with no stream to finish.
       Finish(*r, decode);
@@ -315,8 +295,9 @@ StatusOr<int32_t> Engine::Step() {
       continue;
     }
     const size_t h = s.history_.size();
-    const size_t n =
-        decode ? 1 : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
+    const size_t n = decode  ? 1
+                     : score ? static_cast<size_t>(NextScoreGroup(*r))
+                             : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
     if (!decode && decode_rows + prefill_rows + static_cast<int32_t>(n) > max_rows) {  // next step
       continue;
     }
@@ -325,11 +306,21 @@ StatusOr<int32_t> Engine::Step() {
       continue;
     }
     if (!decode) prefill_rows += static_cast<int32_t>(n);
+    score_group = score_group || score;
     in_batch_.push_back(r.get());
   }
-  // The batch: decode rows first, then the chunks (each group in the requests' order).
+  // The batch: decode rows first, then the chunks (each group in the requests' order), then a
+  // score request's candidates (segments of their own, every row's logits out).
   std::stable_partition(in_batch_.begin(), in_batch_.end(),
                         [](const Request* r) { return r->phase == Request::Phase::kDecode; });
+  Request* scored = nullptr;
+  if (score_group) {
+    const auto it = std::find_if(in_batch_.begin(), in_batch_.end(), [](const Request* r) {
+      return r->phase == Request::Phase::kScore;
+    });
+    scored = *it;
+    in_batch_.erase(it);
+  }
   for (Request* r : in_batch_) {
     Session& s = *r->session;
     const bool decode = r->phase == Request::Phase::kDecode;
@@ -347,6 +338,8 @@ StatusOr<int32_t> Engine::Step() {
     }
     segments_.push_back(seg);
   }
+  for (const BatchSegment& seg : segments_) out_rows_.push_back(seg.row_end - 1);
+  if (scored != nullptr) AppendScoreGroup(*scored);
   last_decode_rows_ = static_cast<int32_t>(tokens_.size()) - prefill_rows;
   last_rows_ = static_cast<int32_t>(tokens_.size());
   if (tokens_.empty() && options_.kv_budget_bytes > 0) {
@@ -361,13 +354,12 @@ StatusOr<int32_t> Engine::Step() {
     }
   }
   if (!tokens_.empty()) {
-    for (const BatchSegment& seg : segments_) out_rows_.push_back(seg.row_end - 1);
     ForwardBatch batch;
     batch.tokens = tokens_;
     batch.segments = segments_;
     batch.output_rows = out_rows_;
     // One segment (a request alone, Session::Generate): its logits go straight to its session.
-    const bool direct = in_batch_.size() == 1;
+    const bool direct = in_batch_.size() == 1 && scored == nullptr;
     batch.logits = direct ? in_batch_[0]->session->logits_.data() : logits_.data();
 #if POCKET_FORWARD_TRACE
     if (direct) batch.trace = &in_batch_[0]->session->trace_;
@@ -399,6 +391,13 @@ StatusOr<int32_t> Engine::Step() {
         if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
       } else {
         r.phase = Request::Phase::kReady;
+      }
+    }
+    if (scored != nullptr) {
+      if (pass.ok()) {
+        ReadScoreGroup(*scored, logits_.data() + in_batch_.size() * vocab);
+      } else {
+        Fail(*scored, pass);
       }
     }
   }
@@ -682,6 +681,21 @@ bool Engine::done(int64_t id) const {
 }
 
 StatusOr<GenerateResult> Engine::Take(int64_t id) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id));
+  if (r->scoring)
+    return FailedPreconditionError("request ", id, " scores: take it with TakeScores");
+  if (!r->status.ok()) return r->status;
+  return std::move(r->result);
+}
+
+StatusOr<std::vector<CandidateScore>> Engine::TakeScores(int64_t id) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id));
+  if (!r->scoring) return FailedPreconditionError("request ", id, " generates: take it with Take");
+  if (!r->status.ok()) return r->status;
+  return std::move(r->scores);
+}
+
+StatusOr<std::unique_ptr<Engine::Request>> Engine::Remove(int64_t id) {
   if (stepping_) return FailedPreconditionError("Take from inside Step (a stream callback)");
   for (auto it = requests_.begin(); it != requests_.end(); ++it) {
     if ((*it)->id != id) continue;
@@ -705,8 +719,7 @@ StatusOr<GenerateResult> Engine::Take(int64_t id) {
           std::max(stats_.peak_kv_bytes, ResidentBytes() + r->session->kv_.bytes());
       if (!restored.ok() && r->status.ok()) r->status = restored;
     }
-    if (!r->status.ok()) return r->status;
-    return std::move(r->result);
+    return r;
   }
   return NotFoundError("no request ", id);
 }

@@ -82,6 +82,20 @@ class Engine {
   StatusOr<int64_t> Submit(Session* session, std::span<const int32_t> prompt,
                            const GenerateOptions& options, StreamCallback on_text = nullptr);
 
+  // Scores `candidates` as continuations of `prompt` on `session` (Session::Score's computation,
+  // batched with the other requests): the prompt is prefilled in the session's chunks (its
+  // context and the prefix cache reused as for Submit), then the candidates' rows go into the
+  // following steps, whole candidates, at most the session's n_batch rows a step, each candidate
+  // in the KV slots after the prompt hiding the ones before it. One score request's rows per
+  // step; the others wait. The context stays the prompt. Refuses what Submit refuses, bad
+  // candidates (empty, ids outside the vocabulary) and a candidate with more tokens than n_batch
+  // or than the context holds after the prompt. Take the result with TakeScores; Cancel stops it
+  // (a Cancelled error).
+  StatusOr<int64_t> SubmitScore(Session* session, std::span<const int32_t> prompt,
+                                std::vector<std::vector<int32_t>> candidates);
+  // The ranked candidates of a finished score request (as Take).
+  StatusOr<std::vector<CandidateScore>> TakeScores(int64_t id);
+
   // One forward pass over every active request (decode rows first, then prefill chunks in the
   // order the requests came), and the token steps of those whose logits are ready. Returns the
   // number of requests still active. An error of the pass itself fails the requests in it.
@@ -134,6 +148,15 @@ class Engine {
   static StatusOr<std::unique_ptr<Engine>> ForSession(Session& session);
   // The token step of a request whose logits are ready: choose, accept, stop checks.
   void Advance(Request& r);
+  // Scoring (engine_score.cc): the candidates' first tokens from the prompt's logits; the rows
+  // of the next group of candidates (whole ones, within the session's chunk); their segments
+  // appended to the step's batch; the log-probabilities read from their logits rows.
+  void BeginScores(Request& r);
+  int32_t NextScoreGroup(Request& r);
+  void AppendScoreGroup(Request& r);
+  void ReadScoreGroup(Request& r, const float* logits);
+  // Removes a finished request from the engine, its session handed back (Take, TakeScores).
+  StatusOr<std::unique_ptr<Request>> Remove(int64_t id);
   // Ends a request: the constraint's and stream's Finish, timings, the session's cancel request
   // cleared.
   void Finish(Request& r, bool run_finish);

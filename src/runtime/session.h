@@ -49,6 +49,13 @@ struct CandidateScore {
   double probability = 0.0;            // exp(logprob), normalized over the candidates
 };
 
+// Session::Score's parts that the engine's batched scoring (Engine::SubmitScore) shares: the
+// candidates' checks (non-empty, ids in the vocabulary), log p(id) from a row of logits, and the
+// totals, normalized probabilities and ranking.
+Status CheckCandidates(const std::vector<std::vector<int32_t>>& candidates, int32_t vocab);
+double CandidateLogProb(const KernelTable& kernels, const float* logits, int64_t vocab, int32_t id);
+std::vector<CandidateScore> RankCandidates(std::vector<CandidateScore> scores);
+
 // One label of the model's classification head, scored by Session::Classify.
 struct LabelScore {
   int32_t index = 0;         // the head's row: model().classifier().labels[index]

@@ -13,6 +13,13 @@ double LogProb(const KernelTable& k, const float* logits, int64_t n, int32_t id)
   return static_cast<double>(logits[id]) - lse;
 }
 
+}  // namespace
+
+double CandidateLogProb(const KernelTable& kernels, const float* logits, int64_t vocab,
+                        int32_t id) {
+  return LogProb(kernels, logits, vocab, id);
+}
+
 Status CheckCandidates(const std::vector<std::vector<int32_t>>& candidates, int32_t vocab) {
   if (candidates.empty()) return InvalidArgumentError("no candidates to score");
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -28,7 +35,7 @@ Status CheckCandidates(const std::vector<std::vector<int32_t>>& candidates, int3
 }
 
 // Totals, normalized probabilities, ranking.
-std::vector<CandidateScore> Rank(std::vector<CandidateScore> scores) {
+std::vector<CandidateScore> RankCandidates(std::vector<CandidateScore> scores) {
   double best = -INFINITY;
   for (CandidateScore& s : scores) {
     s.logprob = 0.0;
@@ -43,8 +50,6 @@ std::vector<CandidateScore> Rank(std::vector<CandidateScore> scores) {
       [](const CandidateScore& a, const CandidateScore& b) { return a.logprob > b.logprob; });
   return scores;
 }
-
-}  // namespace
 
 StatusOr<std::vector<CandidateScore>> Session::Score(
     std::span<const int32_t> prompt, const std::vector<std::vector<int32_t>>& candidates) {
@@ -108,7 +113,7 @@ StatusOr<std::vector<CandidateScore>> Session::Score(
       s.token_logprobs.push_back(LogProb(model_->kernels(), row, vocab, s.tokens[j]));
     }
   }
-  return Rank(std::move(scores));
+  return RankCandidates(std::move(scores));
 }
 
 StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
@@ -140,7 +145,7 @@ StatusOr<std::vector<CandidateScore>> Session::ScoreSeparately(
   Truncate(prompt.size());
   logits_ = first;
   logits_at_ = prompt.size();
-  return Rank(std::move(scores));
+  return RankCandidates(std::move(scores));
 }
 
 const ClassifierHead& Session::classifier() const {

@@ -685,3 +685,107 @@ TEST(EngineTest, RefusesWhatItCannotRun) {
 
 }  // namespace
 }  // namespace pocket
+
+namespace pocket {
+namespace {
+
+// Scoring as engine work (Engine::SubmitScore): a score request runs beside generating ones, its
+// prompt in chunks and its candidates a group a step (the scoring session's n_batch of 16 makes
+// several groups), and gives Session::Score's numbers (stories260K, f32: one kernel form whatever
+// the rows, so equal bits) while the generating request still makes what it makes alone.
+TEST(EngineScoreTest, ScoresBesideGenerationAsSessionScoreDoes) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  EngineOptions eo;
+  eo.max_chunk = 32;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  auto session = [&](int32_t n_batch) {
+    SessionOptions so;
+    so.n_ctx = 512;
+    so.n_batch = n_batch;
+    so.pool = *pool;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  const Tokenizer& tok = *model->tokenizer();
+  EncodeOptions enc;
+  enc.add_bos = true;
+  std::string text;
+  for (int i = 0; i < 3; ++i) {
+    text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+  }
+  auto prompt = tok.Encode(text + "One day she saw a", enc);
+  ASSERT_TRUE(prompt.ok());
+  EncodeOptions plain;
+  std::vector<std::vector<int32_t>> candidates;
+  for (const char* c : {" big dog in the park", " cat", " bird that could sing very well",
+                        " tree", " little red ball under the table"}) {
+    auto ids = tok.Encode(c, plain);
+    ASSERT_TRUE(ids.ok());
+    candidates.push_back(*ids);
+  }
+  auto alone = session(64);
+  auto want = alone->Score(*prompt, candidates);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+
+  GenerateOptions g;
+  g.sampling.temperature = 0.0f;
+  g.max_tokens = 60;
+  auto gen_alone = session(32);
+  auto expected = gen_alone->GenerateUnbatched(*prompt, g);
+  ASSERT_TRUE(expected.ok());
+
+  auto gen = session(32);
+  auto scorer = session(16);
+  auto ig = (*engine)->Submit(gen.get(), *prompt, g);
+  ASSERT_TRUE(ig.ok());
+  auto is = (*engine)->SubmitScore(scorer.get(), *prompt, candidates);
+  ASSERT_TRUE(is.ok()) << is.status().ToString();
+  int32_t steps = 0, max_rows = 0;
+  while ((*engine)->n_active() > 0) {
+    ASSERT_TRUE((*engine)->Step().ok());
+    ++steps;
+    max_rows = std::max(max_rows, (*engine)->last_rows());
+  }
+  // Chunks of 16 prompt rows and candidate groups of at most 16 rows beside one decode row (the
+  // generating request's prompt, 32 a step, comes first).
+  EXPECT_LE(max_rows, 32 + 16);
+  auto got = (*engine)->TakeScores(*is);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].index, (*want)[i].index);
+    EXPECT_EQ((*got)[i].token_logprobs, (*want)[i].token_logprobs) << "candidate " << i;
+    EXPECT_EQ((*got)[i].probability, (*want)[i].probability);
+  }
+  EXPECT_EQ(scorer->history().size(), prompt->size());  // the context stays the prompt
+  auto r = (*engine)->Take(*ig);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, expected->tokens);
+  // Take and TakeScores do not mix up the kinds; a bad candidate or one longer than a step's
+  // rows is refused; a cancelled score request ends with Cancelled.
+  auto again = (*engine)->SubmitScore(scorer.get(), *prompt, candidates);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  EXPECT_EQ((*engine)->Take(*again).status().code(), StatusCode::kFailedPrecondition);
+  auto empty = (*engine)->SubmitScore(scorer.get(), *prompt, {{}});
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(18, candidates[0][0]);
+  auto longer = (*engine)->SubmitScore(scorer.get(), *prompt, {too_long});
+  EXPECT_EQ(longer.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(longer.status().message().find("candidate 0"), std::string::npos);
+  scorer->Reset();
+  auto cancelled = (*engine)->SubmitScore(scorer.get(), *prompt, candidates);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_TRUE((*engine)->Step().ok());
+  scorer->Cancel();
+  ASSERT_TRUE((*engine)->Run().ok());
+  EXPECT_EQ((*engine)->TakeScores(*cancelled).status().code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace pocket
