@@ -71,6 +71,11 @@ Command AddServeCommand(CLI::App& root) {
                   "extension)");
   app->add_option("--kv-budget", f->kv_budget,
                   "cap on KV cache bytes (e.g. 256M; sessions beyond it are saved to disk)");
+  app->add_option("--score-chunk", f->serve.score_chunk,
+                  "rows of a /v1/score prompt a step takes beside the streams (small: scoring "
+                  "slows them a little instead of stalling them; 0: --batch)")
+      ->check(CLI::Range(0, 65536))
+      ->capture_default_str();
   app->add_option("--prefix-cache", f->prefix_cache,
                   "bytes of finished requests' contexts kept for later turns and shared prompts, "
                   "least recently used dropped beyond it (0: none)")

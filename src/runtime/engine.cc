@@ -297,7 +297,7 @@ StatusOr<int32_t> Engine::Step() {
     const size_t h = s.history_.size();
     const size_t n = decode  ? 1
                      : score ? static_cast<size_t>(NextScoreGroup(*r))
-                             : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
+                             : std::min(r->prompt.size() - r->at, ChunkOf(*r));
     if (!decode && decode_rows + prefill_rows + static_cast<int32_t>(n) > max_rows) {  // next step
       continue;
     }
@@ -324,8 +324,7 @@ StatusOr<int32_t> Engine::Step() {
   for (Request* r : in_batch_) {
     Session& s = *r->session;
     const bool decode = r->phase == Request::Phase::kDecode;
-    const size_t n =
-        decode ? 1 : std::min(r->prompt.size() - r->at, static_cast<size_t>(s.n_batch_));
+    const size_t n = decode ? 1 : std::min(r->prompt.size() - r->at, ChunkOf(*r));
     BatchSegment seg{&s.kv_, static_cast<int32_t>(tokens_.size()),
                      static_cast<int32_t>(tokens_.size() + n),
                      static_cast<int32_t>(s.history_.size())};
@@ -598,8 +597,11 @@ Status Engine::SwapIn(Request& r) {
 int32_t Engine::NextRows(const Request& r) const {
   if (r.phase == Request::Phase::kDone) return 0;
   if (r.phase != Request::Phase::kPrefill) return 1;  // a decode row (now or after the token step)
-  return static_cast<int32_t>(
-      std::min(r.prompt.size() - r.at, static_cast<size_t>(r.session->n_batch_)));
+  return static_cast<int32_t>(std::min(r.prompt.size() - r.at, ChunkOf(r)));
+}
+
+size_t Engine::ChunkOf(const Request& r) const {
+  return static_cast<size_t>(r.chunk > 0 ? r.chunk : r.session->n_batch_);
 }
 
 void Engine::RestoreWaiting() {

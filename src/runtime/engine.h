@@ -91,8 +91,11 @@ class Engine {
   // candidates (empty, ids outside the vocabulary) and a candidate with more tokens than n_batch
   // or than the context holds after the prompt. Take the result with TakeScores; Cancel stops it
   // (a Cancelled error).
+  // `chunk` (0: the session's n_batch) caps the rows a step takes for the prompt and for a group
+  // of candidates (a candidate longer than it goes alone): pocket serve keeps it small so that
+  // the streams' steps stay short while a long prompt is scored.
   StatusOr<int64_t> SubmitScore(Session* session, std::span<const int32_t> prompt,
-                                std::vector<std::vector<int32_t>> candidates);
+                                std::vector<std::vector<int32_t>> candidates, int32_t chunk = 0);
   // The ranked candidates of a finished score request (as Take).
   StatusOr<std::vector<CandidateScore>> TakeScores(int64_t id);
 
@@ -174,6 +177,8 @@ class Engine {
   Status SwapOut(Request& r);
   Status SwapIn(Request& r);
   void RestoreWaiting();
+  // The prefill chunk of `r` (its own for a score request, else its session's n_batch).
+  size_t ChunkOf(const Request& r) const;
   // Rows `r` puts in its next step (its next prefill chunk, or a decode row; 0 when done).
   int32_t NextRows(const Request& r) const;
   // A session's end: its request (never taken) is dropped, its swap file removed.

@@ -50,6 +50,7 @@ struct Engine::Request {
   std::vector<CandidateScore> scores;
   size_t next_candidate = 0;
   size_t group_end = 0;
+  int32_t chunk = 0;  // rows a step at most (0: the session's n_batch)
 };
 
 }  // namespace pocket

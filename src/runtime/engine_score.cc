@@ -10,8 +10,10 @@
 namespace pocket {
 
 StatusOr<int64_t> Engine::SubmitScore(Session* session, std::span<const int32_t> prompt,
-                                      std::vector<std::vector<int32_t>> candidates) {
+                                      std::vector<std::vector<int32_t>> candidates, int32_t chunk) {
   if (session == nullptr) return InvalidArgumentError("no session");
+  if (chunk < 0) return InvalidArgumentError("the scoring chunk must be >= 0, got ", chunk);
+  if (chunk == 0 || chunk > session->n_batch_) chunk = session->n_batch_;
   const int32_t vocab = model_->config().vocab_size;
   POCKET_RETURN_IF_ERROR(CheckCandidates(candidates, vocab));
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -39,6 +41,7 @@ StatusOr<int64_t> Engine::SubmitScore(Session* session, std::span<const int32_t>
   segments_.reserve(static_cast<size_t>(options_.max_requests) + candidates.size());
   Request& r = *requests_.back();
   r.scoring = true;
+  r.chunk = chunk;
   r.scores.resize(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
     r.scores[c].index = static_cast<int32_t>(c);
@@ -71,8 +74,8 @@ void Engine::BeginScores(Request& r) {
 
 int32_t Engine::NextScoreGroup(Request& r) {
   const Session& s = *r.session;
-  const int32_t budget =
-      std::min(s.n_batch_, s.kv_.n_ctx() - static_cast<int32_t>(s.history_.size()));
+  const int32_t budget = std::min(static_cast<int32_t>(ChunkOf(r)),
+                                  s.kv_.n_ctx() - static_cast<int32_t>(s.history_.size()));
   int32_t rows = 0;
   size_t c = r.next_candidate;
   for (; c < r.candidates.size(); ++c) {

@@ -190,6 +190,25 @@ class Scheduler {
     return Status::Ok();
   }
   void Wake() { cv_.notify_one(); }
+
+  // /v1/score's work as engine requests (Engine::SubmitScore) beside the streams, `chunk` rows a
+  // step: the caller (ScoreWorker's thread, one at a time) waits for the result. session->Cancel()
+  // stops it (a Cancelled error).
+  StatusOr<std::vector<CandidateScore>> Score(Session* session, std::span<const int32_t> prompt,
+                                              std::vector<std::vector<int32_t>> candidates,
+                                              int32_t chunk) {
+    auto task = std::make_shared<ScoreTask>();
+    task->session = session;
+    task->prompt.assign(prompt.begin(), prompt.end());
+    task->candidates = std::move(candidates);
+    task->chunk = chunk;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return ResourceExhaustedError("the server is shutting down");
+    score_queue_.push_back(task);
+    cv_.notify_one();
+    cv_.wait(lock, [&] { return task->finished; });
+    return std::move(task->result);
+  }
   // Cancels what runs, fails what waits, and ends the thread. Any thread, any number of times.
   void Stop() {
     {
@@ -215,14 +234,33 @@ class Scheduler {
     Session* session = nullptr;
     int64_t id = 0;
   };
+  struct ScoreTask {
+    Session* session = nullptr;
+    std::vector<int32_t> prompt;
+    std::vector<std::vector<int32_t>> candidates;
+    int32_t chunk = 0;
+    int64_t id = -1;  // its engine request once submitted
+    StatusOr<std::vector<CandidateScore>> result = std::vector<CandidateScore>{};
+    bool finished = false;  // under mu_
+  };
+  void FinishScore(ScoreTask& task, StatusOr<std::vector<CandidateScore>> result) {
+    std::lock_guard<std::mutex> lock(mu_);
+    task.result = std::move(result);
+    task.finished = true;
+    cv_.notify_all();
+  }
 
   void Loop() {
     std::vector<std::pair<std::shared_ptr<Job>, Session*>> admitted;
+    std::deque<std::shared_ptr<ScoreTask>> admitted_scores;
     while (true) {
       bool stopping = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+        cv_.wait(lock, [&] {
+          return stopping_ || !queue_.empty() || !running_.empty() || !score_queue_.empty() ||
+                 !scoring_.empty();
+        });
         stopping = stopping_;
         if (stopping) {
           for (auto& job : queue_) {
@@ -230,6 +268,7 @@ class Scheduler {
           }
           queue_.clear();
         }
+        admitted_scores.swap(score_queue_);
         while (!queue_.empty() && !free_.empty()) {
           const auto slot = free_.begin() + BestSlot(*queue_.front());
           admitted.emplace_back(std::move(queue_.front()), *slot);
@@ -264,12 +303,28 @@ class Scheduler {
         running_.push_back({std::move(job), session, *id});
       }
       admitted.clear();
-      if (running_.empty()) {
+      for (auto& task : admitted_scores) {
+        StatusOr<int64_t> id =
+            stopping ? StatusOr<int64_t>(ResourceExhaustedError("the server is shutting down"))
+                     : engine_->SubmitScore(task->session, task->prompt,
+                                            std::move(task->candidates), task->chunk);
+        if (!id.ok()) {
+          FinishScore(*task, id.status());
+          continue;
+        }
+        task->id = *id;
+        scoring_.push_back(std::move(task));
+      }
+      admitted_scores.clear();
+      if (running_.empty() && scoring_.empty()) {
         if (stopping) return;
         continue;
       }
       for (Running& r : running_) {
         if (stopping || r.job->cancelled.load()) r.session->Cancel();
+      }
+      if (stopping) {
+        for (auto& task : scoring_) task->session->Cancel();
       }
       const StatusOr<int32_t> active = engine_->Step();
       static_cast<void>(active);  // Step fails only when called from a stream callback
@@ -289,6 +344,14 @@ class Scheduler {
         }
         Release(r.session);
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      for (size_t i = 0; i < scoring_.size();) {
+        if (!engine_->done(scoring_[i]->id)) {
+          ++i;
+          continue;
+        }
+        FinishScore(*scoring_[i], engine_->TakeScores(scoring_[i]->id));
+        scoring_.erase(scoring_.begin() + static_cast<std::ptrdiff_t>(i));
       }
       PublishMemory();
     }
@@ -526,6 +589,8 @@ class Scheduler {
   bool stopping_ = false;
   Session* speculating_ = nullptr;  // under mu_: the session RunSpeculative generates on
   std::vector<Running> running_;    // the scheduler thread's own
+  std::deque<std::shared_ptr<ScoreTask>> score_queue_;  // under mu_: waiting for the engine
+  std::vector<std::shared_ptr<ScoreTask>> scoring_;     // the scheduler thread's own: submitted
   std::thread thread_;
 };
 
@@ -763,7 +828,9 @@ struct Server::Impl {
           AdaptersOf(sr.adapter),
           [&](Session& session) -> Status {
             session.SetCacheSalt(sr.cache_salt);
-            POCKET_ASSIGN_OR_RETURN(scores, session.Score(prompt->ids, *candidates));
+            POCKET_ASSIGN_OR_RETURN(scores,
+                                    scheduler->Score(&session, prompt->ids, std::move(*candidates),
+                                                     options.score_chunk));
             return Status::Ok();
           },
           client_gone);
@@ -1507,7 +1574,7 @@ Status Server::Impl::Start(ServeModel loaded) {
     engine_budget -= static_cast<size_t>(pages) * page;
   }
   EngineOptions eo;
-  eo.max_requests = options.parallel;
+  eo.max_requests = options.parallel + 1;  // and /v1/score's request
   eo.max_chunk = options.n_batch;
   eo.kv_budget_bytes = engine_budget;
   eo.swap_dir = options.swap_dir;

@@ -39,6 +39,10 @@ struct ServeOptions {
   // The prefix cache's entries (finished requests' contexts, for later turns and shared
   // prompts), least recently used dropped beyond it (0: no cache).
   size_t prefix_cache_bytes = size_t{256} << 20;
+  // Rows of a /v1/score prompt (and of a group of its candidates) a step takes beside the
+  // streams' decode rows: small, so that scoring a long prompt slows the streams a little
+  // instead of stalling them (0: the prefill chunk, --batch).
+  int32_t score_chunk = 32;
   // Where each session's context (the conversation it served last) is saved when the server
   // stops (slot-N.session) and loaded from when it starts, shared through the prefix cache;
   // empty: none.

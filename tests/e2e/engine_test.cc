@@ -722,8 +722,8 @@ TEST(EngineScoreTest, ScoresBesideGenerationAsSessionScoreDoes) {
   ASSERT_TRUE(prompt.ok());
   EncodeOptions plain;
   std::vector<std::vector<int32_t>> candidates;
-  for (const char* c : {" big dog in the park", " cat", " bird that could sing very well",
-                        " tree", " little red ball under the table"}) {
+  for (const char* c : {" big dog in the park", " cat", " bird that could sing very well", " tree",
+                        " little red ball under the table"}) {
     auto ids = tok.Encode(c, plain);
     ASSERT_TRUE(ids.ok());
     candidates.push_back(*ids);
