@@ -348,6 +348,45 @@ POCKET_API pocket_status pocket_generate(pocket_session* session, const char* pr
                                          pocket_text_callback on_text, void* user_data,
                                          pocket_generate_result* result, pocket_error* err);
 
+/* ---- batches: several sessions generating together ----
+ * A batch runs the requests of several sessions of one model together (continuous batching, the
+ * engine pocket serve runs): each pocket_batch_step is ONE forward pass over every active request
+ * (a decode row each, or the next prefill chunk of a new prompt), so N conversations or an agent's
+ * parallel calls read the weights once per token instead of N times. A request computes exactly
+ * what pocket_generate computes alone: the same tokens and text. Requests join (submit) and leave
+ * (they finish, or pocket_session_cancel stops one within a step) between steps. A batch and its
+ * calls belong to one thread; pocket_session_cancel may come from any. */
+typedef struct pocket_batch pocket_batch;
+/* A batch for sessions of `model` created with the same n_threads (they share its threads; 0 =
+ * one per hardware thread), at most max_requests at once (0: 8), whose prefill chunk (n_batch) is
+ * at most max_chunk (0: 512). */
+POCKET_API pocket_status pocket_batch_create(const pocket_model* model, int32_t n_threads,
+                                             int32_t max_requests, int32_t max_chunk,
+                                             pocket_batch** out, pocket_error* err);
+/* Requests never taken are dropped; their sessions stay usable. */
+POCKET_API void pocket_batch_free(pocket_batch* batch);
+/* Starts generating on `session` as pocket_generate would (prompt or params->messages; the
+ * session's context reused), and returns the request's id in *id. The session is the request's
+ * until pocket_batch_take (pocket_generate on it fails meanwhile). on_text is called from
+ * pocket_batch_step. Speculative decoding (params->spec) is not batched: POCKET_ERR_UNIMPLEMENTED.
+ * A full batch is POCKET_ERR_RESOURCE_EXHAUSTED. */
+POCKET_API pocket_status pocket_batch_submit(pocket_batch* batch, pocket_session* session,
+                                             const char* prompt,
+                                             const pocket_generate_params* params,
+                                             pocket_text_callback on_text, void* user_data,
+                                             int64_t* id, pocket_error* err);
+/* One forward pass over every active request, and their token steps (on_text calls); *n_active
+ * (may be NULL) receives the number still running. Call until it is 0, taking finished requests
+ * as they come, submitting new ones whenever. */
+POCKET_API pocket_status pocket_batch_step(pocket_batch* batch, int32_t* n_active,
+                                           pocket_error* err);
+/* 1 when request `id` has finished (its result waits for pocket_batch_take), else 0. */
+POCKET_API int pocket_batch_done(const pocket_batch* batch, int64_t id);
+/* The result of a finished request (as pocket_generate's), handing its session back; a request
+ * still running is POCKET_ERR_FAILED_PRECONDITION, an unknown id POCKET_ERR_NOT_FOUND. */
+POCKET_API pocket_status pocket_batch_take(pocket_batch* batch, int64_t id,
+                                           pocket_generate_result* result, pocket_error* err);
+
 /* ---- candidate scoring ---- */
 typedef struct pocket_candidate_score {
   size_t index;       /* position in the caller's candidate list */

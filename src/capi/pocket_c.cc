@@ -13,38 +13,18 @@
 
 #include "capi/chat_prompt.h"
 #include "capi/common.h"
+#include "capi/handles.h"
 #include "capi/params.h"
 #include "model/adapter.h"
 #include "pocket/pocket.h"
 #include "runtime/candidates.h"
+#include "runtime/engine.h"
 #include "runtime/request.h"
 #include "runtime/session.h"
 
 #ifndef POCKET_BUILDING_LIBRARY
 #error "src/capi/CMakeLists.txt defines POCKET_BUILDING_LIBRARY (POCKET_API exports, not imports)"
 #endif
-
-struct pocket_model {
-  std::shared_ptr<const pocket::Model> model;
-  // Sessions of one model share one thread pool per thread count (kept while a session uses it).
-  mutable std::mutex pools_mutex{};
-  mutable std::map<int32_t, std::weak_ptr<pocket::ThreadPool>> pools{};
-};
-
-struct pocket_adapter {
-  std::shared_ptr<const pocket::LoraAdapter> adapter;
-  const pocket::Model* model = nullptr;
-  std::string targets{};
-};
-
-struct pocket_session {
-  std::unique_ptr<pocket::Session> session;
-  std::shared_ptr<pocket::ThreadPool> pool{};  // the session's (a drafter computes on it too)
-  // The drafter of the last call with a spec, kept for later calls with the same spec.
-  std::string spec{};
-  int32_t draft_branches = 1;
-  std::unique_ptr<pocket::Drafter> drafter{};
-};
 
 namespace {
 
@@ -224,6 +204,125 @@ pocket::Status Read(const pocket_classify_params* in, pocket_classify_params* ou
 }
 
 }  // namespace
+
+namespace pocket::capi {
+
+// pocket_generate's request: `params` read and checked, the prompt or messages encoded, the
+// constraint compiled, the drafter made (or kept) when params->spec asks for one.
+StatusOr<pocket::PreparedRequest> PrepareGenerate(pocket_session* session, const char* prompt,
+                                                  const pocket_generate_params* params) {
+  pocket_generate_params p;
+  POCKET_RETURN_IF_ERROR(Read(params, &p));
+  pocket::GenerateRequest request;
+  request.max_tokens = p.max_tokens;
+  request.sampling.temperature = p.temperature;
+  request.sampling.top_k = p.top_k;
+  request.sampling.top_p = p.top_p;
+  request.sampling.min_p = p.min_p;
+  request.sampling.repetition_penalty = p.repetition_penalty;
+  request.sampling.presence_penalty = p.presence_penalty;
+  request.sampling.frequency_penalty = p.frequency_penalty;
+  // A drawn seed is 64 bits and never POCKET_SEED_RANDOM itself, so that the reported seed
+  // always reproduces the run.
+  request.random_seed = p.seed == POCKET_SEED_RANDOM;
+  request.seed_bits = pocket::SeedBits::k64;
+  if (!request.random_seed) request.sampling.seed = p.seed;
+  for (size_t i = 0; i < p.n_stop_strings; ++i) {
+    if (p.stop_strings == nullptr || p.stop_strings[i] == nullptr) {
+      return pocket::InvalidArgumentError("stop string ", i, " is NULL");
+    }
+    request.stop.emplace_back(p.stop_strings[i]);
+  }
+  // Before the spec: there an empty string means "not given".
+  POCKET_RETURN_IF_ERROR(CheckConstraintFields(p));
+  pocket::ConstraintSpec& spec = request.constraint;
+  for (size_t i = 0; i < p.n_choices; ++i) spec.choices.emplace_back(p.choices[i]);
+  if (p.regex != nullptr) spec.regex = p.regex;
+  if (p.json_schema != nullptr) spec.json_schema = p.json_schema;
+  if (p.grammar != nullptr) spec.grammar = p.grammar;
+  if (p.span_source != nullptr) {
+    spec.span_source = p.span_source;
+    spec.has_span_source = true;
+  }
+  // Choices are a constraint, generated token by token.
+  request.choice_mode = pocket::ChoiceMode::kStream;
+  const pocket::Model& model = session->session->model();
+  POCKET_RETURN_IF_ERROR(pocket::capi::SetInput(model, prompt, p.messages, p.n_messages,
+                                                p.enable_thinking, p.parse_special, &request));
+  request.spec = p.spec != nullptr ? p.spec : "";
+  request.draft_max = p.draft_max;
+  request.draft_min = p.draft_min;
+  request.draft_p_min = p.draft_p_min;
+  request.lookup.max_branches = p.draft_branches;
+  // The drafter is made by the session below (kept across calls): none here.
+  pocket::GenerateRequest plain = request;
+  plain.spec.clear();
+  POCKET_ASSIGN_OR_RETURN(pocket::PreparedRequest prepared, pocket::PrepareRequest(model, plain));
+  POCKET_ASSIGN_OR_RETURN(const pocket::SpecMode mode, pocket::ParseSpec(request));
+  if (mode.kind != pocket::SpecMode::Kind::kNone) {
+    if (session->drafter == nullptr || session->spec != request.spec ||
+        session->draft_branches != p.draft_branches) {
+      session->drafter.reset();
+      pocket::SessionOptions so;
+      so.n_ctx = session->session->n_ctx();
+      so.pool = session->pool;
+      POCKET_ASSIGN_OR_RETURN(session->drafter, pocket::MakeDrafter(request, model, so));
+      session->spec = request.spec;
+      session->draft_branches = p.draft_branches;
+    }
+    prepared.options.drafter = session->drafter.get();
+    prepared.options.draft_max = request.draft_max;
+    prepared.options.draft_min = request.draft_min;
+    prepared.options.spec_auto = mode.automatic;
+  }
+  return prepared;
+}
+
+pocket::StreamCallback TextCallback(pocket_text_callback on_text, void* user_data) {
+  if (on_text == nullptr) return nullptr;
+  return [on_text, user_data](std::string_view piece) {
+    return on_text(piece.data(), piece.size(), user_data);
+  };
+}
+
+void FillResult(const pocket::GenerateResult& r, pocket_generate_result* result) {
+  if (result == nullptr) return;
+  result->stop_reason = static_cast<pocket_stop_reason>(static_cast<int>(r.stop_reason));
+  result->n_prompt_tokens = r.n_prompt_tokens;
+  result->n_generated_tokens = static_cast<int32_t>(r.tokens.size());
+  result->prefill_ms = static_cast<double>(r.prefill_us) / 1000.0;
+  result->decode_ms = static_cast<double>(r.decode_us) / 1000.0;
+  result->constraint_ms = static_cast<double>(r.constraint_us) / 1000.0;
+  result->seed = r.seed;
+  result->n_verify_passes = r.n_verify_passes;
+  result->n_drafted_tokens = r.n_drafted;
+  result->n_accepted_draft_tokens = r.n_draft_accepted;
+  result->n_plain_decode_steps = r.n_plain_steps;
+  result->draft_ms = static_cast<double>(r.draft_us) / 1000.0;
+  result->n_tree_passes = r.n_tree_passes;
+}
+
+// The thread pool the sessions of `model` with `n_threads` share (made when none is alive).
+StatusOr<std::shared_ptr<pocket::ThreadPool>> SharedPool(const pocket_model* model,
+                                                         int32_t n_threads) {
+  if (n_threads < 0 || n_threads > 256) return pocket::MakeThreadPool(n_threads).status();
+  const int32_t n = n_threads > 0
+                        ? n_threads
+                        : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));
+  const std::lock_guard<std::mutex> lock(model->pools_mutex);
+  std::shared_ptr<pocket::ThreadPool> pool = model->pools[n].lock();
+  if (pool == nullptr) {
+    POCKET_ASSIGN_OR_RETURN(pool, pocket::MakeThreadPool(n_threads));
+    model->pools[n] = pool;
+  }
+  return pool;
+}
+
+}  // namespace pocket::capi
+
+using pocket::capi::FillResult;
+using pocket::capi::PrepareGenerate;
+using pocket::capi::TextCallback;
 
 extern "C" {
 
@@ -506,6 +605,8 @@ void pocket_generate_params_init(pocket_generate_params* params, size_t struct_s
   pocket::capi::InitParams(params, struct_size, GenerateDefaults(), kGenerateFields);
 }
 
+namespace {}  // namespace
+
 pocket_status pocket_generate(pocket_session* session, const char* prompt,
                               const pocket_generate_params* params, pocket_text_callback on_text,
                               void* user_data, pocket_generate_result* result, pocket_error* err) {
@@ -513,101 +614,12 @@ pocket_status pocket_generate(pocket_session* session, const char* prompt,
   if (result != nullptr) std::memset(result, 0, sizeof(*result));
   return Guard(err, [&]() -> pocket_status {
     if (session == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "session is NULL");
-    pocket_generate_params p;
-    if (auto s = Read(params, &p); !s.ok()) return Report(err, s);
-    pocket::GenerateRequest request;
-    request.max_tokens = p.max_tokens;
-    request.sampling.temperature = p.temperature;
-    request.sampling.top_k = p.top_k;
-    request.sampling.top_p = p.top_p;
-    request.sampling.min_p = p.min_p;
-    request.sampling.repetition_penalty = p.repetition_penalty;
-    request.sampling.presence_penalty = p.presence_penalty;
-    request.sampling.frequency_penalty = p.frequency_penalty;
-    // A drawn seed is 64 bits and never POCKET_SEED_RANDOM itself, so that the reported seed
-    // always reproduces the run.
-    request.random_seed = p.seed == POCKET_SEED_RANDOM;
-    request.seed_bits = pocket::SeedBits::k64;
-    if (!request.random_seed) request.sampling.seed = p.seed;
-    for (size_t i = 0; i < p.n_stop_strings; ++i) {
-      if (p.stop_strings == nullptr || p.stop_strings[i] == nullptr) {
-        return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
-                    "stop string " + std::to_string(i) + " is NULL");
-      }
-      request.stop.emplace_back(p.stop_strings[i]);
-    }
-    // Before the spec: there an empty string means "not given".
-    const pocket::Status fields = CheckConstraintFields(p);
-    if (!fields.ok()) return Report(err, fields);
-    pocket::ConstraintSpec& spec = request.constraint;
-    for (size_t i = 0; i < p.n_choices; ++i) spec.choices.emplace_back(p.choices[i]);
-    if (p.regex != nullptr) spec.regex = p.regex;
-    if (p.json_schema != nullptr) spec.json_schema = p.json_schema;
-    if (p.grammar != nullptr) spec.grammar = p.grammar;
-    if (p.span_source != nullptr) {
-      spec.span_source = p.span_source;
-      spec.has_span_source = true;
-    }
-    // Choices are a constraint, generated token by token.
-    request.choice_mode = pocket::ChoiceMode::kStream;
-    const pocket::Model& model = session->session->model();
-    const pocket::Status input = pocket::capi::SetInput(
-        model, prompt, p.messages, p.n_messages, p.enable_thinking, p.parse_special, &request);
-    if (!input.ok()) return Report(err, input);
-    request.spec = p.spec != nullptr ? p.spec : "";
-    request.draft_max = p.draft_max;
-    request.draft_min = p.draft_min;
-    request.draft_p_min = p.draft_p_min;
-    request.lookup.max_branches = p.draft_branches;
-    // The drafter is made by the session below (kept across calls): none here.
-    pocket::GenerateRequest plain = request;
-    plain.spec.clear();
-    auto prepared = pocket::PrepareRequest(model, plain);
+    auto prepared = PrepareGenerate(session, prompt, params);
     if (!prepared.ok()) return Report(err, prepared.status());
-    if (auto mode = pocket::ParseSpec(request); !mode.ok()) {
-      return Report(err, mode.status());
-    } else if (mode->kind != pocket::SpecMode::Kind::kNone) {
-      if (session->drafter == nullptr || session->spec != request.spec ||
-          session->draft_branches != p.draft_branches) {
-        session->drafter.reset();
-        pocket::SessionOptions so;
-        so.n_ctx = session->session->n_ctx();
-        so.pool = session->pool;
-        auto drafter = pocket::MakeDrafter(request, model, so);
-        if (!drafter.ok()) return Report(err, drafter.status());
-        session->drafter = std::move(*drafter);
-        session->spec = request.spec;
-        session->draft_branches = p.draft_branches;
-      }
-      prepared->options.drafter = session->drafter.get();
-      prepared->options.draft_max = request.draft_max;
-      prepared->options.draft_min = request.draft_min;
-      prepared->options.spec_auto = mode->automatic;
-    }
-    pocket::StreamCallback cb;
-    if (on_text != nullptr) {
-      cb = [on_text, user_data](std::string_view piece) {
-        return on_text(piece.data(), piece.size(), user_data);
-      };
-    }
     auto r = session->session->Generate(std::span<const int32_t>(prepared->prompt.ids),
-                                        prepared->options, cb);
+                                        prepared->options, TextCallback(on_text, user_data));
     if (!r.ok()) return Report(err, r.status());
-    if (result != nullptr) {
-      result->stop_reason = static_cast<pocket_stop_reason>(static_cast<int>(r->stop_reason));
-      result->n_prompt_tokens = r->n_prompt_tokens;
-      result->n_generated_tokens = static_cast<int32_t>(r->tokens.size());
-      result->prefill_ms = static_cast<double>(r->prefill_us) / 1000.0;
-      result->decode_ms = static_cast<double>(r->decode_us) / 1000.0;
-      result->constraint_ms = static_cast<double>(r->constraint_us) / 1000.0;
-      result->seed = r->seed;
-      result->n_verify_passes = r->n_verify_passes;
-      result->n_drafted_tokens = r->n_drafted;
-      result->n_accepted_draft_tokens = r->n_draft_accepted;
-      result->n_plain_decode_steps = r->n_plain_steps;
-      result->draft_ms = static_cast<double>(r->draft_us) / 1000.0;
-      result->n_tree_passes = r->n_tree_passes;
-    }
+    FillResult(*r, result);
     return Report(err, pocket::Status::Ok());
   });
 }

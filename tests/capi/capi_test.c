@@ -5,7 +5,8 @@
  * Qwen3 tokenizer, its chat template and a 3-label classification head), chat messages and
  * parse_special in generate, score and classify. Also the version macros against the library,
  * struct_size (an older app's smaller struct gets defaults, a newer app's larger one and a zeroed
- * one are refused), missing files as NotFound and a result reset by every call.
+ * one are refused), missing files as NotFound and a result reset by every call; a batch of
+ * sessions generating together as each does alone.
  * Usage: capi_test MODEL TOKENIZER [HEAD_MODEL [CHAT_MODEL]] */
 #define _POSIX_C_SOURCE 200809L
 #include <pocket/pocket.h>
@@ -204,6 +205,108 @@ static void test_threads(const pocket_model* model) {
  * interrupted (the same greedy text, only the new tokens evaluated); the app's user data comes
  * back, a too-small buffer is refused first (the session unchanged), a damaged file is data loss.
  */
+/* A batch of three sessions generating together (one with a sampled seed, one cancelled from its
+ * callback, one joining late): each request's text is what pocket_generate gives alone. */
+static void test_batch(const pocket_model* model) {
+  const char* prompts[3] = {"Once upon a time", "The little dog ran to the park and",
+                            "Lily had a red ball"};
+  pocket_generate_params gp[3];
+  Collected* alone[3];
+  pocket_session_params sp = pocket_session_default_params();
+  sp.n_threads = 2;
+  sp.n_ctx = 256;
+  sp.n_batch = 32;
+  pocket_error err;
+  pocket_session* s[3];
+  for (int i = 0; i < 3; ++i) {
+    pocket_status st = pocket_session_create(model, &sp, &s[i], &err);
+    CHECK(st == POCKET_OK, "session: %s", err.message);
+    gp[i] = pocket_generate_default_params();
+    gp[i].max_tokens = 24 + 8 * i;
+    gp[i].temperature = i == 1 ? 0.8f : 0.0f;
+    gp[i].seed = 42;
+    pocket_generate_result r;
+    alone[i] = run(s[i], prompts[i], &gp[i], &r);
+    pocket_session_reset(s[i]);
+  }
+  pocket_batch* batch = NULL;
+  pocket_status st = pocket_batch_create(model, 2, 4, 64, &batch, &err);
+  CHECK(st == POCKET_OK, "batch: %s", err.message);
+  Collected* got[3];
+  int64_t ids[3];
+  for (int i = 0; i < 2; ++i) {
+    got[i] = new_collected();
+    st = pocket_batch_submit(batch, s[i], prompts[i], &gp[i], collect, got[i], &ids[i], &err);
+    CHECK(st == POCKET_OK, "submit: %s", err.message);
+  }
+  /* The session is the request's until taken. */
+  pocket_generate_result r;
+  Collected* busy = new_collected();
+  st = pocket_generate(s[0], "x", &gp[0], collect, busy, &r, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION, "generate on a session in a batch gave %d", (int)st);
+  free(busy);
+  st = pocket_batch_take(batch, ids[0], &r, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION, "take of a running request gave %d", (int)st);
+  int32_t active = 0;
+  int steps = 0;
+  bool third = false;
+  do {
+    st = pocket_batch_step(batch, &active, &err);
+    CHECK(st == POCKET_OK, "step: %s", err.message);
+    if (++steps == 3) {
+      got[2] = new_collected();
+      st = pocket_batch_submit(batch, s[2], prompts[2], &gp[2], collect, got[2], &ids[2], &err);
+      CHECK(st == POCKET_OK, "submit: %s", err.message);
+      third = true;
+      active = 1;
+    }
+  } while (active > 0);
+  CHECK(third, "the third request never joined");
+  for (int i = 0; i < 3; ++i) {
+    CHECK(pocket_batch_done(batch, ids[i]) == 1, "request %d not done", i);
+    st = pocket_batch_take(batch, ids[i], &r, &err);
+    CHECK(st == POCKET_OK, "take: %s", err.message);
+    CHECK(strcmp(got[i]->text, alone[i]->text) == 0, "batched '%s' != alone '%s'", got[i]->text,
+          alone[i]->text);
+    CHECK(r.n_generated_tokens == gp[i].max_tokens || r.stop_reason != POCKET_STOP_MAX_TOKENS,
+          "tokens %d", r.n_generated_tokens);
+  }
+  st = pocket_batch_take(batch, ids[0], &r, &err);
+  CHECK(st == POCKET_ERR_NOT_FOUND, "take twice gave %d", (int)st);
+  /* Speculative decoding is not batched; another thread count is refused. */
+  pocket_generate_params spec = gp[0];
+  spec.spec = "lookup";
+  int64_t id = 0;
+  st = pocket_batch_submit(batch, s[0], prompts[0], &spec, NULL, NULL, &id, &err);
+  CHECK(st == POCKET_ERR_UNIMPLEMENTED, "spec in a batch gave %d", (int)st);
+  pocket_session_params other = sp;
+  other.n_threads = 1;
+  pocket_session* s1 = NULL;
+  st = pocket_session_create(model, &other, &s1, &err);
+  CHECK(st == POCKET_OK, "session: %s", err.message);
+  st = pocket_batch_submit(batch, s1, prompts[0], &gp[0], NULL, NULL, &id, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "a session on other threads gave %d", (int)st);
+  /* A request cancelled from another thread's call (here: before the step) stops. */
+  st = pocket_batch_submit(batch, s[0], prompts[0], &gp[0], NULL, NULL, &id, &err);
+  CHECK(st == POCKET_OK, "submit: %s", err.message);
+  pocket_session_cancel(s[0]);
+  do {
+    st = pocket_batch_step(batch, &active, &err);
+    CHECK(st == POCKET_OK, "step: %s", err.message);
+  } while (active > 0);
+  st = pocket_batch_take(batch, id, &r, &err);
+  CHECK(st == POCKET_OK && r.stop_reason == POCKET_STOP_CANCELLED, "cancelled: %d %d", (int)st,
+        (int)r.stop_reason);
+  pocket_batch_free(batch);
+  pocket_session_free(s1);
+  for (int i = 0; i < 3; ++i) {
+    pocket_session_free(s[i]);
+    free(alone[i]);
+    free(got[i]);
+  }
+  printf("batch: 3 requests in %d steps, each as alone\n", steps);
+}
+
 static void test_saved_session(const pocket_model* model) {
   pocket_error err;
   pocket_session_params sp = pocket_session_default_params();
@@ -1058,6 +1161,7 @@ int main(int argc, char** argv) {
   test_seeds(session, text);
   test_threads(model);
   test_saved_session(model);
+  test_batch(model);
 
   pocket_session_cancel(session);
   pocket_session_free(session);
