@@ -438,6 +438,24 @@ def cpu_snapshot(pid):
     return busy, server, t.user + t.system, time.monotonic()
 
 
+def wait_idle(max_s, cores=0.15, window=3.0):
+    """Waits (at most max_s) for a window in which other processes use under `cores` CPUs."""
+    deadline = time.monotonic() + max_s
+    while True:
+        a = cpu_snapshot(os.getpid())
+        time.sleep(window)
+        b = cpu_snapshot(os.getpid())
+        if a is None or b is None:
+            return None
+        busy = (b[0] - a[0]) / (b[3] - a[3])
+        if busy < cores:
+            return busy
+        if time.monotonic() >= deadline:
+            log(f"the machine is still busy ({busy:.2f} cores): going on")
+            return busy
+        log(f"waiting for the machine to be idle ({busy:.2f} cores busy)")
+
+
 def cpu_account(a, b):
     if a is None or b is None:
         return None
@@ -590,6 +608,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the servers alternately this many times (pocket, llama-server, "
                          "pocket, ...); overall figures are the medians of the rounds")
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="S",
+                    help="before each server's run, wait up to S seconds for a few seconds in "
+                         "which other processes use under 0.15 cores")
     ap.add_argument("--token-check", action="store_true",
                     help="with logprobs: the tokens that differ from the previous context")
     ap.add_argument("--pocket-args", default="",
@@ -638,6 +659,8 @@ def main():
     rounds = {name: [] for name, _ in runs}
     for r in range(args.rounds):
         for name, argv in runs:
+            if args.wait_idle > 0:
+                wait_idle(args.wait_idle)
             port = free_port()
             server = Server(f"{name}" if args.rounds == 1 else f"{name}.{r + 1}", argv(port),
                             port, logdir)
@@ -680,8 +703,8 @@ def main():
         ratios["pass_tokens_per_s"] = ratios["gen_tokens_per_s"] >= 1.3
     config = {k: getattr(args, k) for k in ("model", "threads", "parallel", "conversations",
                                             "turns", "user_tokens", "reply_tokens", "ctx",
-                                            "seed", "rounds", "token_check", "pocket_args",
-                                            "llama_args")}
+                                            "seed", "rounds", "wait_idle", "token_check",
+                                            "pocket_args", "llama_args")}
     config["banned_tokens"] = len(vocab.banned)
     report = {"config": config, "servers": results, "ratios": ratios}
     if args.json_out:
