@@ -76,6 +76,11 @@ Command AddServeCommand(CLI::App& root) {
                   "slows them a little instead of stalling them; 0: --batch)")
       ->check(CLI::Range(0, 65536))
       ->capture_default_str();
+  app->add_option("--stream-interval", f->serve.stream_interval_ms,
+                  "milliseconds between a stream's sends after its first piece (0: every piece as "
+                  "it comes; more sends cost a thread switch each)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   app->add_option("--prefix-cache", f->prefix_cache,
                   "bytes of finished requests' contexts kept for later turns and shared prompts, "
                   "least recently used dropped beyond it (0: none)")

@@ -32,8 +32,12 @@ StatusOr<int64_t> Engine::SubmitScore(Session* session, std::span<const int32_t>
   options.max_tokens = 0;
   options.sampling.temperature = 0.0f;
   POCKET_ASSIGN_OR_RETURN(const int64_t id, Submit(session, prompt, options));
-  // Room for a group's rows beside one row per request, and their segments (here, not per step).
-  const size_t rows = static_cast<size_t>(options_.max_requests + session->n_batch_);
+  // Room for a group's rows beside one row per request, and their segments (here, not per step):
+  // a group holds `chunk` rows, or one longer candidate alone.
+  size_t longest = 0;
+  for (const auto& c : candidates) longest = std::max(longest, c.size() - 1);
+  const size_t rows =
+      static_cast<size_t>(options_.max_requests) + std::max(static_cast<size_t>(chunk), longest);
   if (logits_.size() < rows * static_cast<size_t>(vocab)) {
     logits_.resize(rows * static_cast<size_t>(vocab));
   }

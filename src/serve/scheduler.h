@@ -47,9 +47,11 @@ struct Job {
   std::condition_variable cv;
   // Streamed text the HTTP thread has not sent yet. The scheduler wakes the HTTP thread for the
   // first piece only (time to first token) and at the end; in between the HTTP thread flushes
-  // every kFlushInterval, so a token costs no thread switch on a machine whose cores compute.
+  // every --stream-interval (40 ms), so a token costs no thread switch on a machine whose cores
+  // compute.
   std::string pending;
   bool woke = false;
+  bool each_piece = false;  // --stream-interval 0: every piece wakes the HTTP thread
   bool finished = false;
   Status status;
   GenerateResult result;               // the request's (auto: until the call opened)
@@ -64,7 +66,6 @@ struct Job {
   size_t streamed = 0;
 };
 
-constexpr auto kFlushInterval = std::chrono::milliseconds(40);
 inline void FinishJob(Job& job, Status status) {
   std::lock_guard<std::mutex> lock(job.mu);
   job.status = std::move(status);
@@ -519,7 +520,7 @@ class Scheduler {
       on_text = [j](std::string_view piece) {
         std::lock_guard<std::mutex> lock(j->mu);
         j->pending.append(piece);
-        if (!j->woke) {
+        if (!j->woke || j->each_piece) {
           j->woke = true;
           j->cv.notify_all();
         }

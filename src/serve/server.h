@@ -42,7 +42,11 @@ struct ServeOptions {
   // Rows of a /v1/score prompt (and of a group of its candidates) a step takes beside the
   // streams' decode rows: small, so that scoring a long prompt slows the streams a little
   // instead of stalling them (0: the prefill chunk, --batch).
-  int32_t score_chunk = 32;
+  int32_t score_chunk = 8;
+  // How often a stream's HTTP thread sends what came (after the first piece, sent at once): 40 ms
+  // spares a thread switch per token on busy cores; 0 sends every piece as it comes (measuring
+  // inter-token latency: scripts/score-itl.py).
+  int32_t stream_interval_ms = 40;
   // Where each session's context (the conversation it served last) is saved when the server
   // stops (slot-N.session) and loaded from when it starts, shared through the prefix cache;
   // empty: none.

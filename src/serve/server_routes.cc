@@ -171,6 +171,7 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
       job->prepared.prompt.ids.insert(job->prepared.prompt.ids.end(), more->begin(), more->end());
     }
     job->stream = api.stream;
+    job->each_piece = options.stream_interval_ms == 0;
     job->forced_call =
         api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kFunction;
     // Auto: a call the model opens continues constrained to the tools (not inside an output
@@ -248,7 +249,7 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
   res.set_header("Cache-Control", "no-cache");
   struct StreamState {
     bool started = false;
-    bool sent_text = false;  // after the first text, flush every kFlushInterval
+    bool sent_text = false;  // after the first text, flush every --stream-interval
     std::vector<bool> done;  // each choice's finish event sent
     Usage usage;
   };
@@ -284,9 +285,14 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
         {
           Job& job = *jobs[waiting];
           std::unique_lock<std::mutex> lock(job.mu);
-          job.cv.wait_for(lock, kFlushInterval, [&] {
-            return job.finished || (!state->sent_text && !job.pending.empty());
-          });
+          const bool each = options.stream_interval_ms == 0;
+          job.cv.wait_for(lock,
+                          each ? std::chrono::milliseconds(1000)
+                               : std::chrono::milliseconds(options.stream_interval_ms),
+                          [&] {
+                            return job.finished ||
+                                   ((!state->sent_text || each) && !job.pending.empty());
+                          });
         }
         bool wrote = false;
         for (size_t i = 0; i < jobs.size(); ++i) {
