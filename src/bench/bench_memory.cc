@@ -51,12 +51,13 @@ StatusOr<MemoryBenchRow> RunMemoryBench(const BenchConfig& config, int32_t sessi
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(path, lo));
   const int32_t vocab = model->config().vocab_size;
   POCKET_ASSIGN_OR_RETURN(std::shared_ptr<ThreadPool> pool, MakeThreadPool(n_threads));
-  // The prefix cache holds the shared prefix and nothing more (the sessions' own prompts, stored
-  // after their outputs, would keep their pages in memory outside the KV budget).
+  // The prefix cache holds the shared prefix and nothing more (the sessions' own contexts, stored
+  // after their outputs, would keep their pages in memory outside the KV budget). An entry holds
+  // the 16-position blocks its tokens reach, the last one whole.
   PrefixCacheOptions pco;
   {
-    POCKET_ASSIGN_OR_RETURN(KvCache probe,
-                            KvCache::Create(model->config(), n_prefix / 16 * 16, config.kv_type));
+    POCKET_ASSIGN_OR_RETURN(
+        KvCache probe, KvCache::Create(model->config(), (n_prefix + 15) / 16 * 16, config.kv_type));
     pco.max_bytes = probe.context_bytes() + static_cast<size_t>(n_prefix) * sizeof(int32_t);
   }
   auto cache = std::make_shared<PrefixCache>(pco);
