@@ -683,24 +683,26 @@ bool Engine::done(int64_t id) const {
 }
 
 StatusOr<GenerateResult> Engine::Take(int64_t id) {
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id));
-  if (r->scoring)
-    return FailedPreconditionError("request ", id, " scores: take it with TakeScores");
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, /*scoring=*/false));
   if (!r->status.ok()) return r->status;
   return std::move(r->result);
 }
 
 StatusOr<std::vector<CandidateScore>> Engine::TakeScores(int64_t id) {
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id));
-  if (!r->scoring) return FailedPreconditionError("request ", id, " generates: take it with Take");
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, /*scoring=*/true));
   if (!r->status.ok()) return r->status;
   return std::move(r->scores);
 }
 
-StatusOr<std::unique_ptr<Engine::Request>> Engine::Remove(int64_t id) {
+StatusOr<std::unique_ptr<Engine::Request>> Engine::Remove(int64_t id, bool scoring) {
   if (stepping_) return FailedPreconditionError("Take from inside Step (a stream callback)");
   for (auto it = requests_.begin(); it != requests_.end(); ++it) {
     if ((*it)->id != id) continue;
+    if ((*it)->scoring != scoring) {
+      return FailedPreconditionError(
+          "request ", id,
+          scoring ? " generates: take it with Take" : " scores: take it with TakeScores");
+    }
     if ((*it)->phase != Request::Phase::kDone) {
       return FailedPreconditionError("request ", id, " is still running");
     }

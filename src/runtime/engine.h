@@ -158,8 +158,9 @@ class Engine {
   int32_t NextScoreGroup(Request& r);
   void AppendScoreGroup(Request& r);
   void ReadScoreGroup(Request& r, const float* logits);
-  // Removes a finished request from the engine, its session handed back (Take, TakeScores).
-  StatusOr<std::unique_ptr<Request>> Remove(int64_t id);
+  // Removes a finished request of the kind asked for (a score request or not) from the engine,
+  // its session handed back (Take, TakeScores); one of the other kind stays.
+  StatusOr<std::unique_ptr<Request>> Remove(int64_t id, bool scoring);
   // Ends a request: the constraint's and stream's Finish, timings, the session's cancel request
   // cleared.
   void Finish(Request& r, bool run_finish);

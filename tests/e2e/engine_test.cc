@@ -772,6 +772,10 @@ TEST(EngineScoreTest, ScoresBesideGenerationAsSessionScoreDoes) {
   ASSERT_TRUE(again.ok());
   ASSERT_TRUE((*engine)->Run().ok());
   EXPECT_EQ((*engine)->Take(*again).status().code(), StatusCode::kFailedPrecondition);
+  auto kept = (*engine)->TakeScores(*again);  // the wrong Take left it there
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->size(), candidates.size());
+  EXPECT_EQ((*engine)->TakeScores(*ig).status().code(), StatusCode::kNotFound);  // taken
   auto empty = (*engine)->SubmitScore(scorer.get(), *prompt, {{}});
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
   std::vector<int32_t> too_long(18, candidates[0][0]);
