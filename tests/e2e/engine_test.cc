@@ -691,8 +691,9 @@ namespace {
 
 // Scoring as engine work (Engine::SubmitScore): a score request runs beside generating ones, its
 // prompt in chunks and its candidates a group a step (the scoring session's n_batch of 16 makes
-// several groups), and gives Session::Score's numbers (stories260K, f32: one kernel form whatever
-// the rows, so equal bits) while the generating request still makes what it makes alone.
+// several groups), and gives Session::Score's numbers while the generating request still makes
+// what it makes alone. The groups' passes hold other rows than Session::Score's one pass, which
+// on some tables (avx2) rounds differently in the last bits: equal to 1e-4, the ranking the same.
 TEST(EngineScoreTest, ScoresBesideGenerationAsSessionScoreDoes) {
   auto model = Stories();
   ASSERT_TRUE(model);
@@ -759,8 +760,12 @@ TEST(EngineScoreTest, ScoresBesideGenerationAsSessionScoreDoes) {
   ASSERT_EQ(got->size(), want->size());
   for (size_t i = 0; i < got->size(); ++i) {
     EXPECT_EQ((*got)[i].index, (*want)[i].index);
-    EXPECT_EQ((*got)[i].token_logprobs, (*want)[i].token_logprobs) << "candidate " << i;
-    EXPECT_EQ((*got)[i].probability, (*want)[i].probability);
+    ASSERT_EQ((*got)[i].token_logprobs.size(), (*want)[i].token_logprobs.size());
+    for (size_t j = 0; j < (*got)[i].token_logprobs.size(); ++j) {
+      EXPECT_NEAR((*got)[i].token_logprobs[j], (*want)[i].token_logprobs[j], 1e-4)
+          << "candidate " << i << " token " << j;
+    }
+    EXPECT_NEAR((*got)[i].probability, (*want)[i].probability, 1e-5);
   }
   EXPECT_EQ(scorer->history().size(), prompt->size());  // the context stays the prompt
   auto r = (*engine)->Take(*ig);
