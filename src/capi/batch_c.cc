@@ -1,11 +1,16 @@
-// The C API's batches (pocket_batch_*: several sessions generating together on one engine).
+// The C API's batches (pocket_batch_*: several sessions generating together): the runtime's
+// Scheduler with no slots, each request on its caller's session, stepped by the app's thread.
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
 
+#include "base/str.h"
 #include "capi/common.h"
 #include "capi/handles.h"
 #include "pocket/pocket.h"
 #include "runtime/engine.h"
+#include "runtime/scheduler.h"
 
 #ifndef POCKET_BUILDING_LIBRARY
 #error "src/capi/CMakeLists.txt defines POCKET_BUILDING_LIBRARY (POCKET_API exports, not imports)"
@@ -24,8 +29,11 @@ extern "C" {
 struct pocket_batch {
   std::shared_ptr<const pocket::Model> model;
   std::shared_ptr<pocket::ThreadPool> pool;
-  std::unique_ptr<pocket::Engine> engine;
-  std::map<int64_t, pocket_session*> sessions{};  // requests submitted and not taken
+  std::unique_ptr<pocket::Scheduler> scheduler;
+  int32_t max_requests = 0;
+  // Requests submitted and not taken: their results once they end.
+  using Outcome = std::optional<pocket::StatusOr<pocket::GenerateResult>>;
+  std::map<int64_t, std::shared_ptr<Outcome>> requests{};
 };
 
 pocket_status pocket_batch_create(const pocket_model* model, int32_t n_threads,
@@ -43,7 +51,9 @@ pocket_status pocket_batch_create(const pocket_model* model, int32_t n_threads,
     eo.max_chunk = max_chunk > 0 ? max_chunk : 512;
     auto engine = pocket::Engine::Create(model->model, *pool, eo);
     if (!engine.ok()) return Report(err, engine.status());
-    *out = new pocket_batch{model->model, *pool, std::move(*engine)};
+    auto scheduler = std::make_unique<pocket::Scheduler>(
+        std::move(*engine), std::vector<std::unique_ptr<pocket::Session>>{});
+    *out = new pocket_batch{model->model, *pool, std::move(scheduler), eo.max_requests};
     return Report(err, pocket::Status::Ok());
   });
 }
@@ -71,11 +81,28 @@ pocket_status pocket_batch_submit(pocket_batch* batch, pocket_session* session, 
       return Fail(err, POCKET_ERR_UNIMPLEMENTED,
                   "speculative decoding (params.spec) is not batched: use pocket_generate");
     }
-    auto submitted = batch->engine->Submit(session->session.get(), prepared->prompt.ids,
-                                           prepared->options, TextCallback(on_text, user_data));
+    if (batch->scheduler->running() >= batch->max_requests) {
+      return Fail(err, POCKET_ERR_RESOURCE_EXHAUSTED,
+                  pocket::StrCat("the batch is full (", batch->max_requests, " requests)"));
+    }
+    auto outcome = std::make_shared<pocket_batch::Outcome>();
+    pocket::SchedulerRequest request;
+    request.session = session->session.get();
+    request.prompt = std::move(prepared->prompt.ids);
+    request.options = prepared->options;
+    request.on_text = TextCallback(on_text, user_data);
+    request.on_generated = [outcome](pocket::StatusOr<pocket::GenerateResult> r) {
+      outcome->emplace(std::move(r));
+      return std::optional<pocket::SchedulerFollowUp>();
+    };
+    auto submitted = batch->scheduler->Submit(std::move(request));
     if (!submitted.ok()) return Report(err, submitted.status());
+    // Admitted at once, so that what the engine refuses (a session in another request, a prompt
+    // longer than the context) is this call's error and the session is the request's from here.
+    batch->scheduler->Admit();
+    if (outcome->has_value() && !(*outcome)->ok()) return Report(err, (*outcome)->status());
     *id = *submitted;
-    batch->sessions[*id] = session;
+    batch->requests[*id] = std::move(outcome);
     return Report(err, pocket::Status::Ok());
   });
 }
@@ -83,15 +110,16 @@ pocket_status pocket_batch_submit(pocket_batch* batch, pocket_session* session, 
 pocket_status pocket_batch_step(pocket_batch* batch, int32_t* n_active, pocket_error* err) {
   return Guard(err, [&]() -> pocket_status {
     if (batch == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "batch is NULL");
-    auto active = batch->engine->Step();
-    if (!active.ok()) return Report(err, active.status());
-    if (n_active != nullptr) *n_active = *active;
+    const int32_t active = batch->scheduler->Step();
+    if (n_active != nullptr) *n_active = active;
     return Report(err, pocket::Status::Ok());
   });
 }
 
 int pocket_batch_done(const pocket_batch* batch, int64_t id) {
-  return batch != nullptr && batch->engine->done(id) ? 1 : 0;
+  if (batch == nullptr) return 0;
+  const auto it = batch->requests.find(id);
+  return it != batch->requests.end() && it->second->has_value() ? 1 : 0;
 }
 
 pocket_status pocket_batch_take(pocket_batch* batch, int64_t id, pocket_generate_result* result,
@@ -99,8 +127,17 @@ pocket_status pocket_batch_take(pocket_batch* batch, int64_t id, pocket_generate
   if (result != nullptr) std::memset(result, 0, sizeof(*result));
   return Guard(err, [&]() -> pocket_status {
     if (batch == nullptr) return Fail(err, POCKET_ERR_INVALID_ARGUMENT, "batch is NULL");
-    auto r = batch->engine->Take(id);
-    if (r.status().code() != pocket::StatusCode::kFailedPrecondition) batch->sessions.erase(id);
+    const auto it = batch->requests.find(id);
+    if (it == batch->requests.end()) {
+      return Fail(err, POCKET_ERR_NOT_FOUND,
+                  pocket::StrCat("no request ", id, " in the batch (taken already?)"));
+    }
+    if (!it->second->has_value()) {
+      return Fail(err, POCKET_ERR_FAILED_PRECONDITION,
+                  pocket::StrCat("request ", id, " is still running"));
+    }
+    const pocket::StatusOr<pocket::GenerateResult> r = std::move(**it->second);
+    batch->requests.erase(it);
     if (!r.ok()) return Report(err, r.status());
     FillResult(*r, result);
     return Report(err, pocket::Status::Ok());

@@ -682,6 +682,13 @@ bool Engine::done(int64_t id) const {
   return false;
 }
 
+bool Engine::has(int64_t id) const {
+  for (const auto& r : requests_) {
+    if (r->id == id) return true;
+  }
+  return false;
+}
+
 StatusOr<GenerateResult> Engine::Take(int64_t id) {
   POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, /*scoring=*/false));
   if (!r->status.ok()) return r->status;

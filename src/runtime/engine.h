@@ -107,8 +107,13 @@ class Engine {
   Status Run();
 
   int32_t n_active() const;
+  // EngineOptions::max_requests: Submit refuses requests beyond it.
+  int32_t max_requests() const { return options_.max_requests; }
   // Whether request `id` has finished (its result waits for Take).
   bool done(int64_t id) const;
+  // Whether request `id` is in the engine, running or done (not: taken, never submitted, or
+  // dropped with its session).
+  bool has(int64_t id) const;
   // The result of a finished request, handing its session back (NotFound for an unknown id,
   // FailedPrecondition while it runs). Submit and Take are refused from inside Step (a stream
   // callback). A session destroyed before Take drops its request (from the thread that drives the

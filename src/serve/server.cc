@@ -122,8 +122,8 @@ Status Server::Impl::Start(ServeModel loaded) {
   if (stopped) return CancelledError("stopped while loading");
   scorer = std::make_unique<ScoreWorker>(std::move(score_session), options.queue_limit,
                                          /*release_kv=*/options.kv_budget_bytes > 0);
-  scheduler = std::make_unique<Scheduler>(std::move(engine), std::move(sessions), cache,
-                                          options.queue_limit, options.log, &metrics, model);
+  dispatcher = std::make_unique<Dispatcher>(std::move(engine), std::move(sessions), cache,
+                                            options.queue_limit, options.log, &metrics, model);
   ready.store(true);
   return Status::Ok();
 }
@@ -173,10 +173,10 @@ Status Server::Serve() {
   if (!listened && m.http.is_running()) {
     return InternalError("the HTTP server stopped unexpectedly");
   }
-  impl_->scheduler->Stop();
+  impl_->dispatcher->Stop();
   impl_->scorer->Stop();
   if (!impl_->options.session_dir.empty()) {
-    POCKET_RETURN_IF_ERROR(SaveSessions(impl_->options, impl_->scheduler->sessions()));
+    POCKET_RETURN_IF_ERROR(SaveSessions(impl_->options, impl_->dispatcher->sessions()));
   }
   return Status::Ok();
 }
@@ -192,9 +192,9 @@ void Server::CancelAll() {
   {
     std::lock_guard<std::mutex> lock(m.start_mu);
     m.stopped = true;  // a load still running ends there
-    if (m.scheduler)
-      m.scheduler->Stop();  // running requests end as cancelled ("length"),
-                            // queued ones with an error
+    if (m.dispatcher)
+      m.dispatcher->Stop();  // running requests end as cancelled ("length"),
+                             // queued ones with an error
     if (m.scorer) m.scorer->Stop();
   }
   {

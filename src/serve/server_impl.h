@@ -27,9 +27,9 @@
 #include "runtime/request.h"
 #include "runtime/session.h"
 #include "serve/connections.h"
+#include "serve/dispatcher.h"
 #include "serve/http_policy.h"
 #include "serve/openai.h"
-#include "serve/scheduler.h"
 #include "serve/score_worker.h"
 #include "serve/server.h"
 #include "serve/session_store.h"
@@ -78,12 +78,12 @@ class ConnectionQueue : public httplib::TaskQueue {
 struct Server::Impl {
   std::shared_ptr<const Model> model;
   ServeOptions options;
-  Metrics metrics;  // before the scheduler, which writes it until it ends
+  Metrics metrics;  // before the dispatcher, whose scheduler writes it until it ends
   ModelLoader load;
   // Set by Start on the loader thread (Serve): requests are served once ready says so; until then
   // /health answers "loading" and everything else a 503.
   std::atomic<bool> ready{false};
-  std::mutex start_mu;   // Start's handing over of the scheduler, against CancelAll
+  std::mutex start_mu;   // Start's handing over of the dispatcher, against CancelAll
   bool stopped = false;  // under start_mu: CancelAll came
   Status Start(ServeModel loaded);
   // --spec: one drafter for the server's life, made at start with the server's pool, context
@@ -91,7 +91,7 @@ struct Server::Impl {
   std::unique_ptr<Drafter> drafter;
   bool spec_auto = false;
   bool spec_guard = false;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<ScoreWorker> scorer;
   // Before http, which serves its connections (and is stopped before it goes).
   std::unique_ptr<Connections> connections;

@@ -61,9 +61,9 @@ void Server::Impl::Score(bool classify, const httplib::Request& req, httplib::Re
         AdaptersOf(sr.adapter),
         [&](Session& session) -> Status {
           session.SetCacheSalt(sr.cache_salt);
-          POCKET_ASSIGN_OR_RETURN(
-              scores,
-              scheduler->Score(&session, prompt->ids, std::move(*candidates), options.score_chunk));
+          POCKET_ASSIGN_OR_RETURN(scores,
+                                  dispatcher->Score(&session, prompt->ids, std::move(*candidates),
+                                                    options.score_chunk));
           return Status::Ok();
         },
         client_gone);
@@ -210,7 +210,7 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
                        api.generate.max_tokens, ": more than the context of ", n_ctx, " tokens");
     return SendError(res, e);
   }
-  if (Status q = scheduler->Enqueue(jobs); !q.ok()) return SendError(res, FromStatus(q));
+  if (Status q = dispatcher->Enqueue(jobs); !q.ok()) return SendError(res, FromStatus(q));
   if (!api.stream) {
     // A whole response: its client is watched while the jobs run, and one that goes away
     // cancels them (the scheduler stops them within a step).
@@ -225,13 +225,11 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
         while (!job.cv.wait_for(lock, kAlivePollInterval, [&] { return job.finished; })) {
           if (gone || fd < 0 || !PeerClosed(fd)) continue;
           gone = true;
-          for (auto& other : jobs) other->cancelled.store(true);
-          scheduler->Wake();
+          dispatcher->Cancel(jobs);
         }
       }
       if (!job.status.ok()) {
-        for (auto& other : jobs) other->cancelled.store(true);
-        scheduler->Wake();
+        dispatcher->Cancel(jobs);
         return SendError(res, FromStatus(job.status));
       }
       choices.push_back(ChoiceOf(api, job, static_cast<int32_t>(i)));
@@ -255,17 +253,14 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
   };
   auto state = std::make_shared<StreamState>();
   state->done.assign(jobs.size(), false);
-  Scheduler* sched = scheduler.get();
+  Dispatcher* sched = dispatcher.get();
   auto api_shared = std::make_shared<ApiRequest>(std::move(api));
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, jobs, state, ids, endpoint, n_prompt, sched, api_shared, reqp = &req](
           size_t, httplib::DataSink& sink) {
         const ApiRequest& request = *api_shared;
-        auto cancel_all = [&] {
-          for (auto& job : jobs) job->cancelled.store(true);
-          sched->Wake();
-        };
+        auto cancel_all = [&] { sched->Cancel(jobs); };
         auto write = [&](const std::string& s) {
           if (sink.write(s.data(), s.size())) return true;
           cancel_all();
@@ -366,8 +361,7 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
       },
       [jobs, sched](bool success) {
         if (!success) {
-          for (auto& job : jobs) job->cancelled.store(true);
-          sched->Wake();
+          sched->Cancel(jobs);
         }
       });
 }
@@ -404,7 +398,7 @@ std::string Server::Impl::MetricsText() {
   metric("decode_tokens_per_second", "gauge",
          "Decode tokens per second, all requests, over the last 10 s.", metrics.TokensPerSecond());
   metric("requests_running", "gauge", "Requests generating now.", m.running.load());
-  metric("requests_queued", "gauge", "Requests waiting for a free slot.", scheduler->queued());
+  metric("requests_queued", "gauge", "Requests waiting for a free slot.", dispatcher->queued());
   metric("requests_cancelled_total", "counter", "Requests whose client went away.",
          m.cancelled.load());
   metric("kv_bytes", "gauge",

@@ -14,6 +14,7 @@
 #include "base/str.h"
 #include "runtime/engine.h"
 #include "runtime/request.h"
+#include "runtime/scheduler.h"
 #include "voice/asr.h"
 #include "voice/audio.h"
 #include "voice/tts.h"
@@ -40,7 +41,7 @@ struct VoicePipeline::Impl {
   std::shared_ptr<const Model> model;
   VoiceOptions options;
   std::unique_ptr<Session> session;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Scheduler> scheduler;  // stepped by the worker, the turn on `session`
   std::unique_ptr<VoiceDetector> vad;
   Endpointer endpointer;
   std::unique_ptr<Recognizer> asr;
@@ -89,7 +90,9 @@ struct VoicePipeline::Impl {
   // The worker's own state for the turn it runs.
   struct Work {
     bool active = false;
-    int64_t id = -1;
+    int64_t id = -1;                                  // the turn's request in the scheduler
+    std::optional<StatusOr<GenerateResult>> outcome;  // its result, once it ended
+    bool cancel_sent = false;
     bool generated = false;
     bool first_token = true;
     Segmenter segmenter;
@@ -165,9 +168,10 @@ struct VoicePipeline::Impl {
     }
     if (cancel.load()) {
       w.to_speak.clear();
-      // Only while the request runs (this thread steps the engine, so it cannot end meanwhile):
-      // a cancel left on the session would stop the next turn's request at once.
-      if (!w.generated && !engine->done(w.id)) session->Cancel();
+      if (!w.generated && !w.cancel_sent) {
+        w.cancel_sent = true;
+        scheduler->Cancel(w.id);  // it stops within the next step
+      }
     }
     if (!w.to_speak.empty()) {
       Segment seg = std::move(w.to_speak.front());
@@ -176,12 +180,12 @@ struct VoicePipeline::Impl {
       return true;
     }
     if (!w.generated) {
-      if (!engine->done(w.id)) {
-        const StatusOr<int32_t> s = engine->Step();
-        static_cast<void>(s);  // a failed pass fails the request: Take says so
+      if (!w.outcome.has_value()) {
+        scheduler->Step();  // a failed pass fails the request: its outcome says so
         return true;
       }
-      StatusOr<GenerateResult> r = engine->Take(w.id);
+      StatusOr<GenerateResult> r = std::move(*w.outcome);
+      w.outcome.reset();
       w.generated = true;
       if (!r.ok()) Emit({{"event", "error"}, {"message", r.status().message()}}, Now());
       if (!cancel.load()) {
@@ -203,6 +207,8 @@ struct VoicePipeline::Impl {
     Work& w = work;
     w.active = true;
     w.generated = false;
+    w.outcome.reset();
+    w.cancel_sent = false;
     w.first_token = true;
     w.segmenter = Segmenter(options.segmenter);
     w.to_speak.clear();
@@ -224,10 +230,17 @@ struct VoicePipeline::Impl {
     if (prepared.ok()) {
       w.prepared = std::move(*prepared);
       // EndUtterance keeps the history within the context; a prompt still too long is refused
-      // by Submit, and the turn says so.
-      StatusOr<int64_t> id =
-          engine->Submit(session.get(), w.prepared.prompt.ids, w.prepared.options,
-                         [this](std::string_view piece) { return OnText(piece); });
+      // by the engine (the request's outcome), and the turn says so.
+      SchedulerRequest turn;
+      turn.session = session.get();
+      turn.prompt = w.prepared.prompt.ids;
+      turn.options = w.prepared.options;
+      turn.on_text = [this](std::string_view piece) { return OnText(piece); };
+      turn.on_generated = [this](StatusOr<GenerateResult> r) {
+        work.outcome.emplace(std::move(r));
+        return std::optional<SchedulerFollowUp>();
+      };
+      StatusOr<int64_t> id = scheduler->Submit(std::move(turn));
       if (id.ok()) {
         w.id = *id;
         return;
@@ -508,7 +521,7 @@ VoicePipeline::~VoicePipeline() {
     impl_->cv.notify_all();
     impl_->worker.join();
   }
-  // A turn still in the engine ends with the engine (its session handed back).
+  // A turn still in the scheduler ends with it (its session handed back).
 }
 
 StatusOr<std::unique_ptr<VoicePipeline>> VoicePipeline::Create(std::shared_ptr<const Model> model,
@@ -538,7 +551,9 @@ StatusOr<std::unique_ptr<VoicePipeline>> VoicePipeline::Create(std::shared_ptr<c
   EngineOptions eo;
   eo.max_requests = 1;
   eo.max_chunk = std::max(1, std::min(so.n_batch, impl->session->n_ctx()));
-  POCKET_ASSIGN_OR_RETURN(impl->engine, Engine::Create(model, so.pool, eo));
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, so.pool, eo));
+  impl->scheduler =
+      std::make_unique<Scheduler>(std::move(engine), std::vector<std::unique_ptr<Session>>{});
   POCKET_ASSIGN_OR_RETURN(impl->vad, CreateWebRtcVoiceDetector(options.vad));
   PocketSphinxOptions po;
   po.warm_up = warm_up;  // a view: warm_up lives until the recognizer has decoded it

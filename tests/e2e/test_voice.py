@@ -95,6 +95,29 @@ class VoiceTest(unittest.TestCase):
                 interrupted += 1
         self.assertEqual(interrupted, n_barge)
 
+    def test_greedy_replies_are_what_pocket_run_generates(self):
+        """Each turn's reply runs through the runtime's scheduler on the voice worker: greedy, it
+        is the text `pocket run` generates alone from the prompt the turn built (stories260K has
+        no chat template: the words heard and ".\\n"); an interrupted turn, a prefix of it."""
+        a = voice(SMOKE, "--temp", "0")
+        generated, interrupted = {}, set()
+        for i, e in enumerate(a["trace"]):
+            if e["event"] == "segment":
+                generated[e["turn"]] = generated.get(e["turn"], "") + " " + e["text"]
+            if e["event"] == "barge_in":
+                interrupted.add(next(x for x in a["trace"][i:] if x["event"] == "reply_end")["turn"])
+        self.assertEqual(len(a["heard"]), 3)
+        self.assertEqual(len(interrupted), 1)
+        for turn, heard in enumerate(a["heard"]):
+            alone = pocket("run", "-m", STORIES, "--tokenizer", STORIES_TOK, "-t", "2", "-p",
+                           heard + ".\n", "-n", "48", "--temp", "0").stdout
+            want, got = " ".join(alone.split()), " ".join(generated[turn].split())
+            self.assertGreater(len(got), 0, turn)
+            if turn in interrupted:
+                self.assertTrue(want.startswith(got), (turn, got, want))
+            else:
+                self.assertEqual(got, want, turn)
+
     @unittest.skipIf(SANITIZED, "ten minutes of audio: the release build's test")
     def test_ten_minute_conversation_keeps_its_memory(self):
         """100 turns (the acceptance script five times: over 10 minutes of conversation) with

@@ -1,8 +1,8 @@
-// pocket serve's scheduler: the one thread that owns the engine and the slots' sessions. It
-// admits queued jobs (each the request of one choice, from an HTTP thread) to the free session
-// whose context shares the longest prefix with the prompt, steps the engine, hands streamed text
-// back, continues auto tool calls, submits /v1/score's work to the engine, and publishes the
-// figures /metrics reports. Used by server.cc only.
+// pocket serve's side of the runtime's Scheduler (runtime/scheduler.h, which owns the engine and
+// the slots' sessions and runs them on its thread): the Dispatcher turns jobs (each the request of
+// one choice, from an HTTP thread) into scheduler requests, hands streamed text back to the HTTP
+// threads, continues auto tool calls, waits for /v1/score's work, and publishes the figures
+// /metrics reports. Used by the server only.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/request.h"
+#include "runtime/scheduler.h"
 #include "runtime/session.h"
 #include "serve/openai.h"
 
@@ -59,6 +60,8 @@ struct Job {
   std::string content;                 // auto: the text before the call
   GenerateResult call_result;          // auto: the call's JSON
   std::atomic<bool> cancelled{false};  // the client went away
+  std::atomic<int64_t> ticket{0};      // its id in the scheduler (Dispatcher::Cancel)
+  int32_t priority = 0;                // the request's priority (higher first)
   // When the job was made (its HTTP handler parsed the request): the log's duration.
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   // The scheduler thread's own: all text so far and how much of it was handed to `pending`.
@@ -146,238 +149,105 @@ struct Metrics {
   }
 };
 
-// Owns the engine and the sessions; one thread admits, steps and finishes requests.
-class Scheduler {
+// Jobs to the runtime's scheduler and back.
+class Dispatcher {
  public:
-  Scheduler(std::unique_ptr<Engine> engine, std::vector<std::unique_ptr<Session>> sessions,
-            std::shared_ptr<PrefixCache> cache, int32_t queue_limit,
-            std::function<void(std::string_view)> log, Metrics* metrics,
-            std::shared_ptr<const Model> model)
-      : engine_(std::move(engine)),
-        engine_model_(std::move(model)),
-        sessions_(std::move(sessions)),
+  Dispatcher(std::unique_ptr<Engine> engine, std::vector<std::unique_ptr<Session>> sessions,
+             std::shared_ptr<PrefixCache> cache, int32_t queue_limit,
+             std::function<void(std::string_view)> log, Metrics* metrics,
+             std::shared_ptr<const Model> model)
+      : model_(std::move(model)),
+        n_ctx_(sessions.front()->n_ctx()),
         cache_(std::move(cache)),
-        queue_limit_(queue_limit),
         log_(std::move(log)),
         metrics_(metrics) {
-    // Free sessions keep their contexts for later requests, counted by the engine (and under
-    // --kv-budget given to the prefix cache when room is needed: Engine::Park).
-    for (auto& s : sessions_) {
-      free_.push_back(s.get());
-      engine_->Park(s.get());
-    }
-    n_ctx_ = sessions_.front()->n_ctx();
-    thread_ = std::thread([this] { Loop(); });
+    SchedulerOptions so;
+    so.queue_limit = queue_limit;
+    so.stopping_message = "the server is shutting down";
+    so.after_step = [this] { Publish(); };
+    scheduler_ = std::make_unique<Scheduler>(std::move(engine), std::move(sessions), so);
+    scheduler_->Start();
   }
-  ~Scheduler() { Stop(); }
+  ~Dispatcher() { Stop(); }
 
   // Queues a response's jobs (all or none); ResourceExhausted when the queue is full or the
   // server stops.
   Status Enqueue(const std::vector<std::shared_ptr<Job>>& jobs) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return ResourceExhaustedError("the server is shutting down");
-    if (queue_.size() + jobs.size() > static_cast<size_t>(queue_limit_) + free_.size()) {
-      return ResourceExhaustedError("the request queue is full (", queue_limit_,
-                                    " requests waiting)");
+    std::vector<SchedulerRequest> requests;
+    for (const auto& job : jobs) {
+      SchedulerRequest r;
+      r.prompt = job->prepared.prompt.ids;
+      r.options = job->prepared.options;
+      r.on_text = OnText(*job);
+      r.adapters = job->adapters;
+      r.cache_salt = job->cache_salt;
+      r.priority = job->priority;
+      r.on_generated = [this, job](StatusOr<GenerateResult> result) {
+        return Conclude(*job, std::move(result));
+      };
+      requests.push_back(std::move(r));
     }
-    for (const auto& job : jobs) queue_.push_back(job);
-    cv_.notify_one();
+    POCKET_ASSIGN_OR_RETURN(std::vector<int64_t> ids, scheduler_->Submit(std::move(requests)));
+    for (size_t i = 0; i < jobs.size(); ++i) jobs[i]->ticket.store(ids[i]);
     return Status::Ok();
   }
-  void Wake() { cv_.notify_one(); }
+  // The client went away: the jobs stop within a step.
+  void Cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+    for (const auto& job : jobs) {
+      job->cancelled.store(true);
+      scheduler_->Cancel(job->ticket.load());
+    }
+  }
 
   // /v1/score's work as engine requests (Engine::SubmitScore) beside the streams, `chunk` rows a
-  // step: the caller (ScoreWorker's thread, one at a time) waits for the result. session->Cancel()
-  // stops it (a Cancelled error).
+  // step, on `session` (ScoreWorker's); the caller waits for the result. session->Cancel() stops
+  // it (a Cancelled error).
   StatusOr<std::vector<CandidateScore>> Score(Session* session, std::span<const int32_t> prompt,
                                               std::vector<std::vector<int32_t>> candidates,
                                               int32_t chunk) {
-    auto task = std::make_shared<ScoreTask>();
-    task->session = session;
-    task->prompt.assign(prompt.begin(), prompt.end());
-    task->candidates = std::move(candidates);
-    task->chunk = chunk;
-    std::unique_lock<std::mutex> lock(mu_);
-    if (stopping_) return ResourceExhaustedError("the server is shutting down");
-    score_queue_.push_back(task);
-    cv_.notify_one();
-    cv_.wait(lock, [&] { return task->finished; });
-    return std::move(task->result);
+    struct Wait {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool finished = false;
+      StatusOr<std::vector<CandidateScore>> result = std::vector<CandidateScore>{};
+    };
+    auto wait = std::make_shared<Wait>();
+    SchedulerRequest r;
+    r.session = session;
+    r.score = true;
+    r.prompt.assign(prompt.begin(), prompt.end());
+    r.candidates = std::move(candidates);
+    r.score_chunk = chunk;
+    r.on_scored = [wait](StatusOr<std::vector<CandidateScore>> result) {
+      std::lock_guard<std::mutex> lock(wait->mu);
+      wait->result = std::move(result);
+      wait->finished = true;
+      wait->cv.notify_all();
+    };
+    POCKET_RETURN_IF_ERROR(scheduler_->Submit(std::move(r)).status());
+    std::unique_lock<std::mutex> lock(wait->mu);
+    wait->cv.wait(lock, [&] { return wait->finished; });
+    return std::move(wait->result);
   }
-  // Cancels what runs, fails what waits, and ends the thread. Any thread, any number of times.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      // A speculative request (outside the engine) stops within a token or a prefill chunk.
-      if (speculating_ != nullptr) speculating_->Cancel();
-      cv_.notify_one();
-    }
-    std::lock_guard<std::mutex> lock(join_mu_);
-    if (thread_.joinable()) thread_.join();
-  }
+  // Cancels what runs, fails what waits, and ends the scheduler's thread. Any thread, any number
+  // of times.
+  void Stop() { scheduler_->Stop(); }
   // The sessions, for saving them: only after Stop().
-  const std::vector<std::unique_ptr<Session>>& sessions() const { return sessions_; }
-  int32_t queued() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int32_t>(queue_.size());
-  }
+  const std::vector<std::unique_ptr<Session>>& sessions() const { return scheduler_->slots(); }
+  int32_t queued() const { return scheduler_->queued(); }
 
  private:
-  struct Running {
-    std::shared_ptr<Job> job;
-    Session* session = nullptr;
-    int64_t id = 0;
-  };
-  struct ScoreTask {
-    Session* session = nullptr;
-    std::vector<int32_t> prompt;
-    std::vector<std::vector<int32_t>> candidates;
-    int32_t chunk = 0;
-    int64_t id = -1;  // its engine request once submitted
-    StatusOr<std::vector<CandidateScore>> result = std::vector<CandidateScore>{};
-    bool finished = false;  // under mu_
-  };
-  void FinishScore(ScoreTask& task, StatusOr<std::vector<CandidateScore>> result) {
-    std::lock_guard<std::mutex> lock(mu_);
-    task.result = std::move(result);
-    task.finished = true;
-    cv_.notify_all();
-  }
-
-  void Loop() {
-    std::vector<std::pair<std::shared_ptr<Job>, Session*>> admitted;
-    std::deque<std::shared_ptr<ScoreTask>> admitted_scores;
-    while (true) {
-      bool stopping = false;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] {
-          return stopping_ || !queue_.empty() || !running_.empty() || !score_queue_.empty() ||
-                 !scoring_.empty();
-        });
-        stopping = stopping_;
-        if (stopping) {
-          for (auto& job : queue_) {
-            FinishJob(*job, ResourceExhaustedError("the server is shutting down"));
-          }
-          queue_.clear();
-        }
-        admitted_scores.swap(score_queue_);
-        while (!queue_.empty() && !free_.empty()) {
-          const auto slot = free_.begin() + BestSlot(*queue_.front());
-          admitted.emplace_back(std::move(queue_.front()), *slot);
-          queue_.pop_front();
-          free_.erase(slot);
-        }
-      }
-      for (auto& [job, session] : admitted) {
-        if (job->cancelled.load()) {
-          job->result.stop_reason = StopReason::kCancelled;
-          FinishJob(*job, Status::Ok());
-          Release(session);
-          continue;
-        }
-        engine_->Unpark(session);  // used outside the engine below (Submit would unpark it)
-        if (Status a = session->SetAdapters(job->adapters); !a.ok()) {
-          FinishJob(*job, a);
-          Release(session);
-          continue;
-        }
-        session->SetCacheSalt(job->cache_salt);
-        if (job->prepared.options.drafter != nullptr) {
-          RunSpeculative(job, session);
-          continue;
-        }
-        StatusOr<int64_t> id = Submit(*job, session);
-        if (!id.ok()) {
-          FinishJob(*job, id.status());
-          Release(session);
-          continue;
-        }
-        running_.push_back({std::move(job), session, *id});
-      }
-      admitted.clear();
-      for (auto& task : admitted_scores) {
-        StatusOr<int64_t> id =
-            stopping ? StatusOr<int64_t>(ResourceExhaustedError("the server is shutting down"))
-                     : engine_->SubmitScore(task->session, task->prompt,
-                                            std::move(task->candidates), task->chunk);
-        if (!id.ok()) {
-          FinishScore(*task, id.status());
-          continue;
-        }
-        task->id = *id;
-        scoring_.push_back(std::move(task));
-      }
-      admitted_scores.clear();
-      if (running_.empty() && scoring_.empty()) {
-        if (stopping) return;
-        continue;
-      }
-      for (Running& r : running_) {
-        if (stopping || r.job->cancelled.load()) r.session->Cancel();
-      }
-      if (stopping) {
-        for (auto& task : scoring_) task->session->Cancel();
-      }
-      const StatusOr<int32_t> active = engine_->Step();
-      static_cast<void>(active);  // Step fails only when called from a stream callback
-      metrics_->steps.fetch_add(1);
-      metrics_->decode_rows.fetch_add(engine_->last_decode_rows());
-      metrics_->prefill_rows.fetch_add(engine_->last_rows() - engine_->last_decode_rows());
-      metrics_->SampleRate();
-      for (size_t i = 0; i < running_.size();) {
-        Running& r = running_[i];
-        if (!engine_->done(r.id)) {
-          ++i;
-          continue;
-        }
-        if (Conclude(r, engine_->Take(r.id))) {
-          ++i;  // it continues (an opened tool call)
-          continue;
-        }
-        Release(r.session);
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      }
-      for (size_t i = 0; i < scoring_.size();) {
-        if (!engine_->done(scoring_[i]->id)) {
-          ++i;
-          continue;
-        }
-        FinishScore(*scoring_[i], engine_->TakeScores(scoring_[i]->id));
-        scoring_.erase(scoring_.begin() + static_cast<std::ptrdiff_t>(i));
-      }
-      PublishMemory();
-    }
-  }
-
-  // The free session for `job` (an index into free_): the one whose context shares the longest
-  // prefix with the job's prompt, under the same adapters and salt; among equals the one free the
-  // longest, so the contexts used last stay for their conversations' next turns.
-  size_t BestSlot(const Job& job) const {
-    const std::span<const int32_t> prompt = job.prepared.prompt.ids;
-    size_t best = 0, best_common = 0;
-    for (size_t i = 0; i < free_.size(); ++i) {
-      const Session& s = *free_[i];
-      if (s.cache_salt() != job.cache_salt || !SameAdapters(s.adapters(), job.adapters)) continue;
-      const std::span<const int32_t> context = s.history();
-      const size_t limit = std::min(context.size(), prompt.size());
-      size_t common = 0;
-      while (common < limit && context[common] == prompt[common]) ++common;
-      if (common > best_common) {
-        best = i;
-        best_common = common;
-      }
-    }
-    return best;
-  }
-
-  // The KV bytes held (each session's private pages, the prefix cache's entries: a page shared by
-  // a session and the cache counted once) and the cache's and swaps' counters, for /metrics.
-  void PublishMemory() {
+  // After each engine step, on the scheduler's thread: the rows evaluated, the KV bytes held
+  // (each session's private pages, the prefix cache's entries: a page shared by a session and the
+  // cache counted once) and the cache's and swaps' counters, for /metrics.
+  void Publish() {
+    Engine& engine = scheduler_->engine();
+    metrics_->steps.fetch_add(1);
+    metrics_->decode_rows.fetch_add(engine.last_decode_rows());
+    metrics_->prefill_rows.fetch_add(engine.last_rows() - engine.last_decode_rows());
+    metrics_->SampleRate();
     size_t kv = 0;
-    for (const auto& s : sessions_) kv += s->kv_bytes() - s->kv_shared_bytes();
+    for (const auto& s : scheduler_->slots()) kv += s->kv_bytes() - s->kv_shared_bytes();
     const PrefixCacheStats ps = cache_->stats();
     kv += ps.bytes;
     metrics_->kv_bytes.store(static_cast<int64_t>(kv));
@@ -385,19 +255,17 @@ class Scheduler {
     metrics_->prefix_lookups.store(ps.lookups);
     metrics_->prefix_hits.store(ps.hits);
     metrics_->prefix_hit_tokens.store(ps.hit_tokens);
-    const EngineStats es = engine_->stats();
+    const EngineStats es = engine.stats();
     metrics_->swaps_out.store(es.swaps_out);
     metrics_->swaps_in.store(es.swaps_in);
     metrics_->swapped_sessions.store(es.n_swapped);
     metrics_->swapped_bytes.store(static_cast<int64_t>(es.swapped_bytes));
-    metrics_->running.store(static_cast<int32_t>(running_.size()));
+    metrics_->running.store(scheduler_->running());
   }
 
-  // A request's result (from Take, or from a speculative run): an auto tool call the model opened
-  // continues (true; r.id is the continuation's), else the job finishes (false; the caller
-  // releases the session).
-  bool Conclude(Running& r, StatusOr<GenerateResult> result) {
-    Job& job = *r.job;
+  // A request's result: an auto tool call the model opened continues on the same session (the
+  // follow-up returned), else the job finishes.
+  std::optional<SchedulerFollowUp> Conclude(Job& job, StatusOr<GenerateResult> result) {
     if (result.ok() && !job.call_opened && job.call.has_value() && !job.cancelled.load() &&
         result->stop_reason == StopReason::kCallback && !CallFits(job, *result)) {
       // No budget or context left for the call: the text as it is, cut for length.
@@ -409,12 +277,9 @@ class Scheduler {
       // from the text before it and "<tool_call>\n", the call constrained to the tools.
       job.call_opened = true;
       job.result = std::move(*result);
-      StatusOr<int64_t> id = SubmitCall(job, r.session);
-      if (id.ok()) {
-        r.id = *id;
-        return true;
-      }
-      result = id.status();
+      StatusOr<SchedulerFollowUp> next = CallFollowUp(job);
+      if (next.ok()) return std::move(*next);
+      result = next.status();
     }
     if (log_) {
       log_(result.ok()
@@ -457,35 +322,7 @@ class Scheduler {
     } else {
       FinishJob(job, result.status());
     }
-    return false;
-  }
-
-  // A request with a drafter (--spec, one session): speculative decoding runs on this thread
-  // (the engine batches plain decoding only), its text streamed as it comes.
-  void RunSpeculative(std::shared_ptr<Job> job, Session* session) {
-    Running r{job, session, -1};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) session->Cancel();
-      speculating_ = session;
-    }
-    StatusOr<GenerateResult> result =
-        session->GenerateUnbatched(job->prepared.prompt.ids, job->prepared.options, OnText(*job));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      speculating_ = nullptr;
-    }
-    if (Conclude(r, std::move(result))) {
-      running_.push_back(std::move(r));
-      return;
-    }
-    Release(session);
-  }
-
-  // Starts `job` on `session`: its text streamed (auto tools: watched for a call; a forced call:
-  // not streamed, the response carries it whole).
-  StatusOr<int64_t> Submit(Job& job, Session* session) {
-    return engine_->Submit(session, job.prepared.prompt.ids, job.prepared.options, OnText(job));
+    return std::nullopt;
   }
 
   // The stream callback of `job`'s request.
@@ -539,7 +376,7 @@ class Scheduler {
     eo.parse_special = true;  // the call marker is the model's token where it has one
     POCKET_ASSIGN_OR_RETURN(
         std::vector<int32_t> more,
-        engine_model_->tokenizer()->Encode(StrCat(job.content, kToolCallOpen, "\n"), eo));
+        model_->tokenizer()->Encode(StrCat(job.content, kToolCallOpen, "\n"), eo));
     std::vector<int32_t> ids = job.prepared.prompt.ids;
     ids.insert(ids.end(), more.begin(), more.end());
     return ids;
@@ -550,43 +387,24 @@ class Scheduler {
     StatusOr<std::vector<int32_t>> ids = CallPrompt(job);
     return ids.ok() && ids->size() < static_cast<size_t>(n_ctx_);
   }
-  StatusOr<int64_t> SubmitCall(Job& job, Session* session) {
-    POCKET_ASSIGN_OR_RETURN(std::vector<int32_t> ids, CallPrompt(job));
-    GenerateOptions& options = job.call->options;
+  StatusOr<SchedulerFollowUp> CallFollowUp(Job& job) const {
+    SchedulerFollowUp next;
+    POCKET_ASSIGN_OR_RETURN(next.prompt, CallPrompt(job));
+    next.options = job.call->options;
     const int32_t used = static_cast<int32_t>(job.result.tokens.size());
-    options.max_tokens =
-        std::min(job.prepared.options.max_tokens - used, n_ctx_ - static_cast<int32_t>(ids.size()));
+    next.options.max_tokens = std::min(job.prepared.options.max_tokens - used,
+                                       n_ctx_ - static_cast<int32_t>(next.prompt.size()));
     Job* j = &job;
-    return engine_->Submit(session, ids, options,
-                           [j](std::string_view) { return !j->cancelled.load(); });
+    next.on_text = [j](std::string_view) { return !j->cancelled.load(); };
+    return next;
   }
 
-  // On the scheduler's thread.
-  void Release(Session* s) {
-    engine_->Park(s);
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(s);
-  }
-
-  std::unique_ptr<Engine> engine_;
-  std::shared_ptr<const Model> engine_model_;
+  std::shared_ptr<const Model> model_;
   int32_t n_ctx_ = 0;  // the sessions' context
-  std::vector<std::unique_ptr<Session>> sessions_;
   std::shared_ptr<PrefixCache> cache_;
-  const int32_t queue_limit_;
   std::function<void(std::string_view)> log_;
   Metrics* metrics_;
-  std::mutex join_mu_;  // Stop() from two threads joins once
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  std::vector<Session*> free_;
-  bool stopping_ = false;
-  Session* speculating_ = nullptr;  // under mu_: the session RunSpeculative generates on
-  std::vector<Running> running_;    // the scheduler thread's own
-  std::deque<std::shared_ptr<ScoreTask>> score_queue_;  // under mu_: waiting for the engine
-  std::vector<std::shared_ptr<ScoreTask>> scoring_;     // the scheduler thread's own: submitted
-  std::thread thread_;
+  std::unique_ptr<Scheduler> scheduler_;  // last: its thread ends before the rest
 };
 
 }  // namespace pocket::serve
