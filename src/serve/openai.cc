@@ -390,6 +390,17 @@ std::optional<ApiError> CacheSalt(const json& body, std::string* out) {
   return std::nullopt;
 }
 
+// "priority" (vLLM's): an integer, lower first, within +-1,000,000.
+std::optional<ApiError> Priority(const json& body, int32_t* out) {
+  const auto it = body.find("priority");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<int64_t>() < -1000000 || it->get<int64_t>() > 1000000) {
+    return Bad("priority", "'priority' must be an integer from -1000000 to 1000000");
+  }
+  *out = static_cast<int32_t>(it->get<int64_t>());
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_text,
@@ -606,6 +617,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body_te
     return Bad("user", "'user' must be a string");
   }
   if (auto e = CacheSalt(body, &r.cache_salt)) return e;
+  if (auto e = Priority(body, &r.priority)) return e;
   *out = std::move(r);
   return std::nullopt;
 }

@@ -85,6 +85,9 @@ struct ApiRequest {
   // reuse only contexts computed under the same salt (none: the shared one), so cached_tokens
   // cannot reveal another tenant's prompt.
   std::string cache_salt;
+  // vLLM's priority: requests waiting for a slot are admitted lower values first, equal ones in
+  // the order they came (default 0).
+  int32_t priority = 0;
 };
 
 // The text that opens a tool call in the model's output (the chat format's).

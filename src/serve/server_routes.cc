@@ -163,6 +163,7 @@ void Server::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
     job->prepared = std::move(*prepared);
     job->adapters = AdaptersOf(api.adapter);
     job->cache_salt = api.cache_salt;
+    job->priority = -api.priority;  // the scheduler admits higher values first
     if (!api.assistant_prefix.empty()) {
       EncodeOptions eo;
       eo.parse_special = true;

@@ -153,11 +153,13 @@ class ServeTest(unittest.TestCase):
         server = Server("-m", STORIES, "--tokenizer", STORIES_TOK, "--api-key", KEY,
                         "--parallel", "2", "-t", "2", "-c", "1024")
         try:
-            def ask(prompt, salt=None):
+            def ask(prompt, salt=None, priority=None):
                 body = {"model": server.model, "prompt": prompt, "max_tokens": 24,
                         "temperature": 0}
                 if salt is not None:
                     body["cache_salt"] = salt
+                if priority is not None:
+                    body["priority"] = priority
                 status, _, data = server.request("POST", "/v1/completions", body)
                 self.assertEqual(status, 200, data)
                 out = json.loads(data)
@@ -191,6 +193,16 @@ class ServeTest(unittest.TestCase):
                                               "cache_salt": 7})
             self.assertEqual(status, 400, data)
             self.assertIn("cache_salt", json.loads(data)["error"]["message"])
+            # vLLM's priority: an integer (lower first); anything else is a 400 naming it.
+            _, usage = ask(prompts["a"], salt="tenant-b", priority=-5)
+            self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"],
+                             usage["prompt_tokens"] - 1, usage)
+            for bad in ("high", 1.5, 10**7):
+                status, _, data = server.request("POST", "/v1/completions",
+                                                 {"model": server.model, "prompt": "x",
+                                                  "priority": bad})
+                self.assertEqual(status, 400, data)
+                self.assertIn("priority", json.loads(data)["error"]["message"])
         finally:
             self.assertEqual(server.stop(), 0, "".join(server.log))
 
