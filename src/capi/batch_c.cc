@@ -33,7 +33,11 @@ struct pocket_batch {
   int32_t max_requests = 0;
   // Requests submitted and not taken: their results once they end.
   using Outcome = std::optional<pocket::StatusOr<pocket::GenerateResult>>;
-  std::map<int64_t, std::shared_ptr<Outcome>> requests{};
+  struct Request {
+    pocket_session* session = nullptr;  // the request's until it is taken
+    std::shared_ptr<Outcome> outcome;
+  };
+  std::map<int64_t, Request> requests{};
 };
 
 pocket_status pocket_batch_create(const pocket_model* model, int32_t n_threads,
@@ -81,6 +85,13 @@ pocket_status pocket_batch_submit(pocket_batch* batch, pocket_session* session, 
       return Fail(err, POCKET_ERR_UNIMPLEMENTED,
                   "speculative decoding (params.spec) is not batched: use pocket_generate");
     }
+    for (const auto& [other, r] : batch->requests) {
+      if (r.session == session) {
+        return Fail(err, POCKET_ERR_FAILED_PRECONDITION,
+                    pocket::StrCat("the session is in request ", other,
+                                   " already (pocket_batch_take it first)"));
+      }
+    }
     if (batch->scheduler->running() >= batch->max_requests) {
       return Fail(err, POCKET_ERR_RESOURCE_EXHAUSTED,
                   pocket::StrCat("the batch is full (", batch->max_requests, " requests)"));
@@ -102,7 +113,7 @@ pocket_status pocket_batch_submit(pocket_batch* batch, pocket_session* session, 
     batch->scheduler->Admit();
     if (outcome->has_value() && !(*outcome)->ok()) return Report(err, (*outcome)->status());
     *id = *submitted;
-    batch->requests[*id] = std::move(outcome);
+    batch->requests[*id] = {session, std::move(outcome)};
     return Report(err, pocket::Status::Ok());
   });
 }
@@ -119,7 +130,7 @@ pocket_status pocket_batch_step(pocket_batch* batch, int32_t* n_active, pocket_e
 int pocket_batch_done(const pocket_batch* batch, int64_t id) {
   if (batch == nullptr) return 0;
   const auto it = batch->requests.find(id);
-  return it != batch->requests.end() && it->second->has_value() ? 1 : 0;
+  return it != batch->requests.end() && it->second.outcome->has_value() ? 1 : 0;
 }
 
 pocket_status pocket_batch_take(pocket_batch* batch, int64_t id, pocket_generate_result* result,
@@ -132,11 +143,11 @@ pocket_status pocket_batch_take(pocket_batch* batch, int64_t id, pocket_generate
       return Fail(err, POCKET_ERR_NOT_FOUND,
                   pocket::StrCat("no request ", id, " in the batch (taken already?)"));
     }
-    if (!it->second->has_value()) {
+    if (!it->second.outcome->has_value()) {
       return Fail(err, POCKET_ERR_FAILED_PRECONDITION,
                   pocket::StrCat("request ", id, " is still running"));
     }
-    const pocket::StatusOr<pocket::GenerateResult> r = std::move(**it->second);
+    const pocket::StatusOr<pocket::GenerateResult> r = std::move(**it->second.outcome);
     batch->requests.erase(it);
     if (!r.ok()) return Report(err, r.status());
     FillResult(*r, result);

@@ -119,6 +119,7 @@ size_t Scheduler::BestSlot(const SchedulerRequest& r) const {
 void Scheduler::Admit() {
   // Decided under the lock, run outside it (callbacks and the engine may take long).
   std::vector<std::unique_ptr<Entry>> ended;  // cancelled, past their deadline, or stopping
+  std::vector<Status> why;                    // ... and why
   std::vector<std::unique_ptr<Entry>> admitted;
   std::vector<int64_t> cancels;
   bool stopping = false;
@@ -133,6 +134,9 @@ void Scheduler::Admit() {
       const bool cancelled = std::find(cancels.begin(), cancels.end(), e.id) != cancels.end();
       const bool late = e.request.deadline.has_value() && now >= *e.request.deadline;
       if (stopping || cancelled || late) {
+        why.push_back(stopping    ? ResourceExhaustedError(options_.stopping_message)
+                      : cancelled ? CancelledError("the request was cancelled before it started")
+                                  : ResourceExhaustedError("the request waited past its deadline"));
         ended.push_back(std::move(*it));
         it = waiting_.erase(it);
         continue;
@@ -165,20 +169,16 @@ void Scheduler::Admit() {
       it = waiting_.erase(it);
     }
   }
-  for (auto& e : ended) {
-    const bool cancelled = !stopping && !(e->request.deadline.has_value() &&
-                                          std::chrono::steady_clock::now() >= *e->request.deadline);
-    Status why = stopping    ? ResourceExhaustedError(options_.stopping_message)
-                 : cancelled ? CancelledError("the request was cancelled before it started")
-                             : ResourceExhaustedError("the request waited past its deadline");
-    if (e->request.score) {
-      e->request.on_scored(why);
-    } else if (why.code() == StatusCode::kCancelled) {
-      GenerateResult r;
-      r.stop_reason = StopReason::kCancelled;
-      static_cast<void>(e->request.on_generated(std::move(r)));
+  for (size_t i = 0; i < ended.size(); ++i) {
+    SchedulerRequest& r = ended[i]->request;
+    if (r.score) {
+      r.on_scored(why[i]);
+    } else if (why[i].code() == StatusCode::kCancelled) {
+      GenerateResult cancelled;  // a generate request cancelled: no tokens, not an error
+      cancelled.stop_reason = StopReason::kCancelled;
+      static_cast<void>(r.on_generated(std::move(cancelled)));
     } else {
-      static_cast<void>(e->request.on_generated(why));
+      static_cast<void>(r.on_generated(why[i]));
     }
   }
   // Requests that run: a cancel asked for stops them within a step, as does Stop.

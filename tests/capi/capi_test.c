@@ -245,6 +245,9 @@ static void test_batch(const pocket_model* model) {
   st = pocket_generate(s[0], "x", &gp[0], collect, busy, &r, &err);
   CHECK(st == POCKET_ERR_FAILED_PRECONDITION, "generate on a session in a batch gave %d", (int)st);
   free(busy);
+  int64_t again = 0;
+  st = pocket_batch_submit(batch, s[0], "x", &gp[0], NULL, NULL, &again, &err);
+  CHECK(st == POCKET_ERR_FAILED_PRECONDITION, "a second submit on a busy session gave %d", (int)st);
   st = pocket_batch_take(batch, ids[0], &r, &err);
   CHECK(st == POCKET_ERR_FAILED_PRECONDITION, "take of a running request gave %d", (int)st);
   int32_t active = 0;
