@@ -209,6 +209,7 @@ void Engine::Fail(Request& r, Status status) {
 
 void Engine::Advance(Request& r) {
   if (r.scoring) return BeginScores(r);
+  if (r.classifying) return Finish(r, false);  // the labels were read after the pass
   Session& s = *r.session;
   if (r.step == nullptr) {
     r.result.prefill_us = r.watch.elapsed_us();
@@ -284,8 +285,8 @@ StatusOr<int32_t> Engine::Step() {
     if (score && score_group) continue;
     Session& s = *r->session;
     if (s.cancelled()) {
-      if (r->scoring) {
-        Fail(*r, CancelledError("scoring was cancelled"));
+      if (r->scoring || r->classifying) {
+        Fail(*r, CancelledError(r->scoring ? "scoring" : "classifying", " was cancelled"));
         continue;
       }
       r->result.stop_reason = StopReason::kCancelled;
@@ -357,6 +358,13 @@ StatusOr<int32_t> Engine::Step() {
     batch.tokens = tokens_;
     batch.segments = segments_;
     batch.output_rows = out_rows_;
+    // A classify request's last chunk: the final-norm hidden states of the output rows too.
+    for (size_t i = 0; i < in_batch_.size(); ++i) {
+      const Request& r = *in_batch_[i];
+      if (r.classifying && r.at + static_cast<size_t>(segments_[i].n_rows()) == r.prompt.size()) {
+        batch.final_hidden = hidden_.data();
+      }
+    }
     // One segment (a request alone, Session::Generate): its logits go straight to its session.
     const bool direct = in_batch_.size() == 1 && scored == nullptr;
     batch.logits = direct ? in_batch_[0]->session->logits_.data() : logits_.data();
@@ -387,7 +395,13 @@ StatusOr<int32_t> Engine::Step() {
           r.options.on_prefill_progress(static_cast<int32_t>(r.at - r.start),
                                         static_cast<int32_t>(r.prompt.size() - r.start));
         }
-        if (r.at == r.prompt.size()) r.phase = Request::Phase::kReady;
+        if (r.at == r.prompt.size()) {
+          r.phase = Request::Phase::kReady;
+          if (r.classifying) {
+            const size_t d = static_cast<size_t>(model_->config().d_model);
+            r.labels = ScoreLabels(s.classifier(), hidden_.data() + i * d);
+          }
+        }
       } else {
         r.phase = Request::Phase::kReady;
       }
@@ -690,25 +704,30 @@ bool Engine::has(int64_t id) const {
 }
 
 StatusOr<GenerateResult> Engine::Take(int64_t id) {
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, /*scoring=*/false));
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, Kind::kGenerate));
   if (!r->status.ok()) return r->status;
   return std::move(r->result);
 }
 
 StatusOr<std::vector<CandidateScore>> Engine::TakeScores(int64_t id) {
-  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, /*scoring=*/true));
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, Kind::kScore));
   if (!r->status.ok()) return r->status;
   return std::move(r->scores);
 }
 
-StatusOr<std::unique_ptr<Engine::Request>> Engine::Remove(int64_t id, bool scoring) {
+StatusOr<std::unique_ptr<Engine::Request>> Engine::Remove(int64_t id, Kind kind) {
   if (stepping_) return FailedPreconditionError("Take from inside Step (a stream callback)");
   for (auto it = requests_.begin(); it != requests_.end(); ++it) {
     if ((*it)->id != id) continue;
-    if ((*it)->scoring != scoring) {
-      return FailedPreconditionError(
-          "request ", id,
-          scoring ? " generates: take it with Take" : " scores: take it with TakeScores");
+    const Kind is = (*it)->scoring       ? Kind::kScore
+                    : (*it)->classifying ? Kind::kClassify
+                                         : Kind::kGenerate;
+    if (is != kind) {
+      return FailedPreconditionError("request ", id,
+                                     is == Kind::kScore ? " scores: take it with TakeScores"
+                                     : is == Kind::kClassify
+                                         ? " classifies: take it with TakeLabels"
+                                         : " generates: take it with Take");
     }
     if ((*it)->phase != Request::Phase::kDone) {
       return FailedPreconditionError("request ", id, " is still running");

@@ -98,6 +98,15 @@ class Engine {
                                 std::vector<std::vector<int32_t>> candidates, int32_t chunk = 0);
   // The ranked candidates of a finished score request (as Take).
   StatusOr<std::vector<CandidateScore>> TakeScores(int64_t id);
+  // Classifies `prompt` on `session` with its head (Session::Classify's computation, batched
+  // with the other requests): the prompt prefilled in chunks of `chunk` rows (0: the session's
+  // n_batch; its context and the prefix cache reused as for Submit, the last token always
+  // evaluated), the head applied to the final-norm hidden state of the last. The context stays
+  // the prompt. Refuses what Submit refuses and a session without a head (FailedPrecondition, as
+  // Classify). Take the labels, best first, with TakeLabels; Cancel stops it (a Cancelled error).
+  StatusOr<int64_t> SubmitClassify(Session* session, std::span<const int32_t> prompt,
+                                   int32_t chunk = 0);
+  StatusOr<std::vector<LabelScore>> TakeLabels(int64_t id);
 
   // One forward pass over every active request (decode rows first, then prefill chunks in the
   // order the requests came), and the token steps of those whose logits are ready. Returns the
@@ -163,9 +172,10 @@ class Engine {
   int32_t NextScoreGroup(Request& r);
   void AppendScoreGroup(Request& r);
   void ReadScoreGroup(Request& r, const float* logits);
-  // Removes a finished request of the kind asked for (a score request or not) from the engine,
-  // its session handed back (Take, TakeScores); one of the other kind stays.
-  StatusOr<std::unique_ptr<Request>> Remove(int64_t id, bool scoring);
+  // Removes a finished request of the kind asked for from the engine, its session handed back
+  // (Take, TakeScores, TakeLabels); one of another kind stays.
+  enum class Kind { kGenerate, kScore, kClassify };
+  StatusOr<std::unique_ptr<Request>> Remove(int64_t id, Kind kind);
   // Ends a request: the constraint's and stream's Finish, timings, the session's cancel request
   // cleared.
   void Finish(Request& r, bool run_finish);
@@ -208,6 +218,9 @@ class Engine {
   // [max_requests, vocab] (a one-segment pass writes straight into its session's logits: a
   // one-request engine has none).
   std::vector<float> logits_;
+  // [max_requests, d_model]: the final-norm hidden states of a step with a classify request's
+  // last chunk (sized by the first SubmitClassify).
+  std::vector<float> hidden_;
   int32_t last_rows_ = 0;
   int32_t last_decode_rows_ = 0;
   bool stepping_ = false;     // inside Step (stream callbacks run there)

@@ -51,6 +51,10 @@ struct Engine::Request {
   size_t next_candidate = 0;
   size_t group_end = 0;
   int32_t chunk = 0;  // rows a step at most (0: the session's n_batch)
+  // A classify request (SubmitClassify): the prompt's last chunk also yields the final-norm
+  // hidden state of its last row, which the head turns into `labels`.
+  bool classifying = false;
+  std::vector<LabelScore> labels;
 };
 
 }  // namespace pocket

@@ -131,4 +131,37 @@ void Engine::ReadScoreGroup(Request& r, const float* logits) {
   }
 }
 
+StatusOr<int64_t> Engine::SubmitClassify(Session* session, std::span<const int32_t> prompt,
+                                         int32_t chunk) {
+  if (session == nullptr) return InvalidArgumentError("no session");
+  if (chunk < 0) return InvalidArgumentError("the classifying chunk must be >= 0, got ", chunk);
+  POCKET_RETURN_IF_ERROR(session->CheckClassifier());
+  if (chunk == 0 || chunk > session->n_batch_) chunk = session->n_batch_;
+  const size_t d = static_cast<size_t>(model_->config().d_model);
+  if (hidden_.size() < static_cast<size_t>(options_.max_requests) * d) {
+    hidden_.resize(static_cast<size_t>(options_.max_requests) * d);
+  }
+  GenerateOptions options;
+  options.max_tokens = 0;
+  options.sampling.temperature = 0.0f;
+  POCKET_ASSIGN_OR_RETURN(const int64_t id, Submit(session, prompt, options));
+  Request& r = *requests_.back();
+  r.classifying = true;
+  r.chunk = chunk;
+  if (r.at == r.prompt.size()) {
+    // The whole prompt was the context, with its logits: the last token is evaluated again for
+    // its hidden state (not kept between calls), as Classify does.
+    r.at = r.start = r.prompt.size() - 1;
+    session->Truncate(r.at);
+    r.phase = Request::Phase::kPrefill;
+  }
+  return id;
+}
+
+StatusOr<std::vector<LabelScore>> Engine::TakeLabels(int64_t id) {
+  POCKET_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Remove(id, Kind::kClassify));
+  if (!r->status.ok()) return r->status;
+  return std::move(r->labels);
+}
+
 }  // namespace pocket

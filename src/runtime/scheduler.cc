@@ -32,8 +32,10 @@ Scheduler::~Scheduler() {
 StatusOr<std::vector<int64_t>> Scheduler::Submit(std::vector<SchedulerRequest> requests) {
   size_t for_slots = 0;
   for (const SchedulerRequest& r : requests) {
-    if (r.score ? !r.on_scored : !r.on_generated) {
-      return InvalidArgumentError("a request needs its callback (on_scored or on_generated)");
+    if (r.score && r.classify) return InvalidArgumentError("a request scores or classifies");
+    if (r.score ? !r.on_scored : r.classify ? !r.on_classified : !r.on_generated) {
+      return InvalidArgumentError(
+          "a request needs its callback (on_scored, on_classified or on_generated)");
     }
     if (r.session == nullptr) ++for_slots;
   }
@@ -173,6 +175,8 @@ void Scheduler::Admit() {
     SchedulerRequest& r = ended[i]->request;
     if (r.score) {
       r.on_scored(why[i]);
+    } else if (r.classify) {
+      r.on_classified(why[i]);
     } else if (why[i].code() == StatusCode::kCancelled) {
       GenerateResult cancelled;  // a generate request cancelled: no tokens, not an error
       cancelled.stop_reason = StopReason::kCancelled;
@@ -194,8 +198,8 @@ void Scheduler::Admit() {
       Session& s = *e->session;
       s.SetCacheSalt(e->request.cache_salt);
       if (Status a = s.SetAdapters(e->request.adapters); !a.ok()) {
-        if (e->request.score) {
-          e->request.on_scored(a);
+        if (e->request.score || e->request.classify) {
+          Fail(*e, a);
           Release(*e);
         } else {
           End(std::move(e), a);
@@ -203,11 +207,14 @@ void Scheduler::Admit() {
         continue;
       }
     }
-    if (e->request.score) {
-      StatusOr<int64_t> id = engine_->SubmitScore(
-          e->session, e->request.prompt, std::move(e->request.candidates), e->request.score_chunk);
+    if (e->request.score || e->request.classify) {
+      StatusOr<int64_t> id =
+          e->request.score
+              ? engine_->SubmitScore(e->session, e->request.prompt,
+                                     std::move(e->request.candidates), e->request.score_chunk)
+              : engine_->SubmitClassify(e->session, e->request.prompt, e->request.score_chunk);
       if (!id.ok()) {
-        e->request.on_scored(id.status());
+        Fail(*e, id.status());
         Release(*e);
         continue;
       }
@@ -261,6 +268,14 @@ void Scheduler::End(std::unique_ptr<Entry> e, StatusOr<GenerateResult> result) {
   Release(*e);
 }
 
+void Scheduler::Fail(Entry& e, const Status& status) {
+  if (e.request.score) {
+    e.request.on_scored(status);
+  } else if (e.request.classify) {
+    e.request.on_classified(status);
+  }
+}
+
 void Scheduler::Release(Entry& e) {
   if (e.slot) engine_->Park(e.session);
   std::lock_guard<std::mutex> lock(mu_);
@@ -293,6 +308,9 @@ int32_t Scheduler::Step() {
     for (auto& e : done_) {
       if (e->request.score) {
         e->request.on_scored(engine_->TakeScores(e->engine_id));
+        Release(*e);
+      } else if (e->request.classify) {
+        e->request.on_classified(engine_->TakeLabels(e->engine_id));
         Release(*e);
       } else {
         StatusOr<GenerateResult> result = engine_->Take(e->engine_id);

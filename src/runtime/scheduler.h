@@ -57,12 +57,14 @@ struct SchedulerFollowUp {
 struct SchedulerRequest {
   // What: generate from `prompt` with `options` (speculative when options.drafter is set), its
   // text to `on_text`; or, with `score`, score `candidates` as continuations of `prompt`
-  // (Engine::SubmitScore, `score_chunk` rows a step).
+  // (Engine::SubmitScore, `score_chunk` rows a step); or, with `classify`, the labels of the
+  // session's head for `prompt` (Engine::SubmitClassify, `score_chunk` rows a step).
   std::vector<int32_t> prompt;
   GenerateOptions options;
   StreamCallback on_text;
   bool score = false;
   std::vector<std::vector<int32_t>> candidates;
+  bool classify = false;
   int32_t score_chunk = 0;
   // Where: the caller's `session` (nothing else uses it until the request ends), or, when null,
   // a slot: the free one whose context shares the longest prefix with the prompt under the same
@@ -80,6 +82,7 @@ struct SchedulerRequest {
   // follow-up to continue on the same session; a score request's ranked candidates.
   std::function<std::optional<SchedulerFollowUp>(StatusOr<GenerateResult>)> on_generated;
   std::function<void(StatusOr<std::vector<CandidateScore>>)> on_scored;
+  std::function<void(StatusOr<std::vector<LabelScore>>)> on_classified;
 };
 
 class Scheduler {
@@ -95,8 +98,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues requests (all or none) and returns their ids. Any thread. Refused: a request without
-  // its callback, a slot request when the scheduler has no slots, more slot requests than the
-  // queue takes, and everything after Stop.
+  // its callback, one that both scores and classifies, a slot request when the scheduler has no
+  // slots, more slot requests than the queue takes, and everything after Stop.
   StatusOr<std::vector<int64_t>> Submit(std::vector<SchedulerRequest> requests);
   StatusOr<int64_t> Submit(SchedulerRequest request);
   // Stops request `id` (unknown or ended ids are ignored). Any thread.
@@ -138,6 +141,8 @@ class Scheduler {
   void Launch(std::unique_ptr<Entry> e);
   // A generate entry's result to its callback: a follow-up launches it again, else it ends.
   void End(std::unique_ptr<Entry> e, StatusOr<GenerateResult> result);
+  // A score or classify entry's error to its callback.
+  void Fail(Entry& e, const Status& status);
   // Its session free again (a slot parked).
   void Release(Entry& e);
   size_t BestSlot(const SchedulerRequest& r) const;  // an index into free_

@@ -65,6 +65,10 @@ struct LabelScore {
   double probability = 0.0;  // exp(logprob); the labels' probabilities sum to 1
 };
 
+// The labels of `head` for the final-norm hidden state `hidden` [d_model], best first (the logits
+// accumulated in double, a log-softmax over the labels).
+std::vector<LabelScore> ScoreLabels(const ClassifierHead& head, const float* hidden);
+
 class TokenStep;
 class Engine;
 
@@ -147,6 +151,8 @@ class Session {
   // The head Classify uses: the last adapter in the set that carries one (a task = adapter +
   // head), else the model's (empty when neither has one).
   const ClassifierHead& classifier() const;
+  // Ok when there is a head, else Classify's FailedPrecondition (saying how to add one).
+  Status CheckClassifier() const;
 
   // Thread-safe: stops a running Generate within one token (or one prefill chunk), a running
   // Score or Classify between prefill chunks. A Cancel() that arrives while no such call runs is

@@ -156,17 +156,44 @@ const ClassifierHead& Session::classifier() const {
   return task != nullptr ? *task : model_->classifier();
 }
 
+Status Session::CheckClassifier() const {
+  if (classifier().present()) return Status::Ok();
+  return FailedPreconditionError(
+      model_->source().path(), " has no classification head (tensor ", kClassifierTensor,
+      " with its labels) and neither do its adapters; add one with pocket convert "
+      "--classifier-head FILE --classifier-labels a,b,c (to the model, or with --lora to an "
+      "adapter package), or score --candidates");
+}
+
+std::vector<LabelScore> ScoreLabels(const ClassifierHead& head, const float* hidden) {
+  const size_t d = static_cast<size_t>(head.d_model);
+  std::vector<LabelScore> scores(head.labels.size());
+  double best = -INFINITY;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const float* row = head.weight.data() + i * d;
+    double logit = 0.0;
+    for (size_t j = 0; j < d; ++j) logit += static_cast<double>(row[j]) * hidden[j];
+    scores[i].index = static_cast<int32_t>(i);
+    scores[i].label = head.labels[i];
+    scores[i].logit = logit;
+    best = std::max(best, logit);
+  }
+  double z = 0.0;
+  for (const LabelScore& s : scores) z += std::exp(s.logit - best);
+  const double log_z = best + std::log(z);
+  for (LabelScore& s : scores) {
+    s.logprob = s.logit - log_z;
+    s.probability = std::exp(s.logprob);
+  }
+  std::stable_sort(scores.begin(), scores.end(),
+                   [](const LabelScore& a, const LabelScore& b) { return a.logit > b.logit; });
+  return scores;
+}
+
 StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> prompt) {
   const CancelScope cancel_scope(&cancel_);
   if (cancelled()) return CancelledError("cancelled before classifying");
-  const ClassifierHead& head = classifier();
-  if (!head.present()) {
-    return FailedPreconditionError(
-        model_->source().path(), " has no classification head (tensor ", kClassifierTensor,
-        " with its labels) and neither do its adapters; add one with pocket convert "
-        "--classifier-head FILE --classifier-labels a,b,c (to the model, or with --lora to an "
-        "adapter package), or score --candidates");
-  }
+  POCKET_RETURN_IF_ERROR(CheckClassifier());
   if (prompt.empty()) {
     return InvalidArgumentError("classification needs a prompt of at least one token");
   }
@@ -196,28 +223,7 @@ StatusOr<std::vector<LabelScore>> Session::Classify(std::span<const int32_t> pro
     history_.insert(history_.end(), chunk.begin(), chunk.end());
     done += n;
   }
-  const size_t d = static_cast<size_t>(head.d_model);
-  std::vector<LabelScore> scores(head.labels.size());
-  double best = -INFINITY;
-  for (size_t i = 0; i < scores.size(); ++i) {
-    const float* row = head.weight.data() + i * d;
-    double logit = 0.0;
-    for (size_t j = 0; j < d; ++j) logit += static_cast<double>(row[j]) * hidden_[j];
-    scores[i].index = static_cast<int32_t>(i);
-    scores[i].label = head.labels[i];
-    scores[i].logit = logit;
-    best = std::max(best, logit);
-  }
-  double z = 0.0;
-  for (const LabelScore& s : scores) z += std::exp(s.logit - best);
-  const double log_z = best + std::log(z);
-  for (LabelScore& s : scores) {
-    s.logprob = s.logit - log_z;
-    s.probability = std::exp(s.logprob);
-  }
-  std::stable_sort(scores.begin(), scores.end(),
-                   [](const LabelScore& a, const LabelScore& b) { return a.logit > b.logit; });
-  return scores;
+  return ScoreLabels(classifier(), hidden_.data());
 }
 
 }  // namespace pocket

@@ -199,35 +199,24 @@ class Dispatcher {
     }
   }
 
-  // /v1/score's work as engine requests (Engine::SubmitScore) beside the streams, `chunk` rows a
-  // step, on `session` (ScoreWorker's); the caller waits for the result. session->Cancel() stops
-  // it (a Cancelled error).
+  // /v1/score's and /v1/classify's work as engine requests (Engine::SubmitScore,
+  // SubmitClassify) beside the streams, `chunk` rows a step, on `session` (ScoreWorker's); the
+  // caller waits for the result. session->Cancel() stops it (a Cancelled error).
   StatusOr<std::vector<CandidateScore>> Score(Session* session, std::span<const int32_t> prompt,
                                               std::vector<std::vector<int32_t>> candidates,
                                               int32_t chunk) {
-    struct Wait {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool finished = false;
-      StatusOr<std::vector<CandidateScore>> result = std::vector<CandidateScore>{};
-    };
-    auto wait = std::make_shared<Wait>();
     SchedulerRequest r;
-    r.session = session;
     r.score = true;
-    r.prompt.assign(prompt.begin(), prompt.end());
     r.candidates = std::move(candidates);
-    r.score_chunk = chunk;
-    r.on_scored = [wait](StatusOr<std::vector<CandidateScore>> result) {
-      std::lock_guard<std::mutex> lock(wait->mu);
-      wait->result = std::move(result);
-      wait->finished = true;
-      wait->cv.notify_all();
-    };
-    POCKET_RETURN_IF_ERROR(scheduler_->Submit(std::move(r)).status());
-    std::unique_lock<std::mutex> lock(wait->mu);
-    wait->cv.wait(lock, [&] { return wait->finished; });
-    return std::move(wait->result);
+    return Wait<std::vector<CandidateScore>>(std::move(r), session, prompt, chunk,
+                                             &SchedulerRequest::on_scored);
+  }
+  StatusOr<std::vector<LabelScore>> Classify(Session* session, std::span<const int32_t> prompt,
+                                             int32_t chunk) {
+    SchedulerRequest r;
+    r.classify = true;
+    return Wait<std::vector<LabelScore>>(std::move(r), session, prompt, chunk,
+                                         &SchedulerRequest::on_classified);
   }
   // Cancels what runs, fails what waits, and ends the scheduler's thread. Any thread, any number
   // of times.
@@ -261,6 +250,30 @@ class Dispatcher {
     metrics_->swapped_sessions.store(es.n_swapped);
     metrics_->swapped_bytes.store(static_cast<int64_t>(es.swapped_bytes));
     metrics_->running.store(scheduler_->running());
+  }
+
+  // Submits `r` on `session` and waits for the result its `callback` receives.
+  template <typename T>
+  StatusOr<T> Wait(SchedulerRequest r, Session* session, std::span<const int32_t> prompt,
+                   int32_t chunk, std::function<void(StatusOr<T>)> SchedulerRequest::*callback) {
+    struct State {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<StatusOr<T>> result;
+    };
+    auto state = std::make_shared<State>();
+    r.session = session;
+    r.prompt.assign(prompt.begin(), prompt.end());
+    r.score_chunk = chunk;
+    r.*callback = [state](StatusOr<T> result) {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->result.emplace(std::move(result));
+      state->cv.notify_all();
+    };
+    POCKET_RETURN_IF_ERROR(scheduler_->Submit(std::move(r)).status());
+    std::unique_lock<std::mutex> lock(state->mu);
+    state->cv.wait(lock, [&] { return state->result.has_value(); });
+    return std::move(*state->result);
   }
 
   // A request's result: an auto tool call the model opened continues on the same session (the

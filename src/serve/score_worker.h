@@ -23,11 +23,10 @@ constexpr auto kAlivePollInterval = std::chrono::milliseconds(20);
 // nothing (a request the client pipelined stays for the next handler).
 bool PeerClosed(int fd);
 
-// /v1/score and /v1/classify: on a thread and a session of their own, off the scheduler's thread
-// (whose engine steps every stream), one request at a time. The session shares the engine's
-// thread pool, which runs one parallel region at a time: scoring and decoding interleave, and a
-// long scoring prefill slows the streams instead of stopping them. A client that leaves cancels
-// its request (queued: dropped; running: stopped between prefill chunks).
+// /v1/score and /v1/classify: one request at a time on a session of their own (its adapters set
+// here), submitted from this thread to the scheduler as engine work beside the streams
+// (Dispatcher::Score, Classify). A client that leaves cancels its request (queued: dropped;
+// running: stopped at the next step).
 class ScoreWorker {
  public:
   ScoreWorker(std::unique_ptr<Session> session, int32_t queue_limit, bool release_kv)

@@ -35,7 +35,8 @@ void Server::Impl::Score(bool classify, const httplib::Request& req, httplib::Re
         AdaptersOf(sr.adapter),
         [&](Session& session) -> Status {
           session.SetCacheSalt(sr.cache_salt);
-          POCKET_ASSIGN_OR_RETURN(labels, session.Classify(prompt->ids));
+          POCKET_ASSIGN_OR_RETURN(labels,
+                                  dispatcher->Classify(&session, prompt->ids, options.score_chunk));
           return Status::Ok();
         },
         client_gone);

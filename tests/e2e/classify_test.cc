@@ -25,6 +25,7 @@
 #include "format/pocket_file.h"
 #include "model/synthetic.h"
 #include "quant/quantize.h"
+#include "runtime/engine.h"
 #include "runtime/session.h"
 
 namespace pocket {
@@ -238,6 +239,91 @@ TEST(ClassifyTest, RepeatedCallsAndTheLanguageModelPathStayConsistent) {
                      static_cast<double>(std::fabs(s->last_logits()[v] - fresh->last_logits()[v])));
   }
   EXPECT_LE(worst, 1e-4);
+}
+
+// The engine classifies as engine work (Engine::SubmitClassify: pocket serve's /v1/classify),
+// its prompt in 8-row chunks beside another session's generation in the same forward passes: the
+// labels within 1e-5 of Session::Classify alone (other rows in a pass round differently in the
+// last bits), ranked the same; the generation token for token what it gives alone; the same
+// prompt again (every KV row reused, the last token evaluated again) the same labels.
+TEST(ClassifyTest, TheEngineClassifiesBesideGenerationAsClassifyDoes) {
+  auto model = Load(MakeGguf("labels.gguf", 32, {"a", "b", "c"}));
+  ASSERT_TRUE(model);
+  auto pool = MakeThreadPool(2);
+  ASSERT_TRUE(pool.ok());
+  auto session = [&]() -> std::unique_ptr<Session> {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.n_batch = 64;
+    so.pool = *pool;
+    so.kv_type = KvType::kF32;
+    auto s = Session::Create(model, so);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  };
+  std::mt19937 rng(9);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 45);
+  const std::vector<int32_t> other = RandomPrompt(rng, 20);
+  GenerateOptions greedy;
+  greedy.sampling.temperature = 0.0f;
+  greedy.max_tokens = 24;
+  auto alone = session()->GenerateUnbatched(other, greedy);
+  auto want = session()->Classify(prompt);
+  ASSERT_TRUE(alone.ok() && want.ok());
+
+  EngineOptions eo;
+  eo.max_requests = 4;
+  eo.max_chunk = 64;
+  auto engine = Engine::Create(model, *pool, eo);
+  ASSERT_TRUE(engine.ok());
+  auto gen = session(), cls = session();
+  auto g = (*engine)->Submit(gen.get(), other, greedy);
+  auto c = (*engine)->SubmitClassify(cls.get(), prompt, /*chunk=*/8);
+  ASSERT_TRUE(g.ok() && c.ok());
+  int32_t steps = 0, shared = 0;
+  while (!(*engine)->done(*c)) {
+    ASSERT_TRUE((*engine)->Step().ok());
+    ++steps;
+    shared +=
+        (*engine)->last_rows() > (*engine)->last_decode_rows() && (*engine)->last_decode_rows() > 0
+            ? 1
+            : 0;
+  }
+  EXPECT_EQ(steps, 6);  // 45 rows in chunks of 8
+  EXPECT_GT(shared, 0) << "no step held both requests' rows";
+  EXPECT_EQ((*engine)->TakeScores(*c).status().code(), StatusCode::kFailedPrecondition);
+  auto got = (*engine)->TakeLabels(*c);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectNormalized(*got);
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].index, (*want)[i].index);
+    EXPECT_NEAR((*got)[i].logit, (*want)[i].logit, 1e-5);
+  }
+  EXPECT_EQ(std::vector<int32_t>(cls->history().begin(), cls->history().end()), prompt);
+  // Again on the same session: the whole prompt reused but its last token.
+  auto again = (*engine)->SubmitClassify(cls.get(), prompt, 8);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*engine)->Run().ok());
+  auto second = (*engine)->TakeLabels(*again);
+  ASSERT_TRUE(second.ok());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_NEAR((*second)[i].logit, (*want)[i].logit, 1e-5);
+  }
+  auto r = (*engine)->Take(*g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, alone->tokens);
+  // No head: Classify's error.
+  auto plain = Load(MakeGguf("plain.gguf", 33));
+  ASSERT_TRUE(plain);
+  SessionOptions so;
+  so.pool = *pool;
+  auto ps = Session::Create(plain, so);
+  auto pe = Engine::Create(plain, *pool, eo);
+  ASSERT_TRUE(ps.ok() && pe.ok());
+  auto refused = (*pe)->SubmitClassify(ps->get(), std::vector<int32_t>{1, 2, 3});
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("no classification head"), std::string::npos);
 }
 
 TEST(ClassifyTest, ErrorsAreClear) {
