@@ -219,6 +219,20 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
 // out-of-order window alone keeps too few cache misses in flight (measured: about 2x from DRAM).
 constexpr int kPrefetchBytes = 4096;
 
+// s += maddubs(low nibbles of c, alo) + maddubs(high nibbles, ahi), each code byte loaded once.
+// The empty asms keep the adds in this order: left to it, GCC reassociates a block's int16 adds
+// into a tree that wants every product live at once, which 16 ymm registers cannot hold (it
+// spilled about 24 registers a block and loaded every code byte twice).
+inline void NibbleDot(__m256i c, __m256i nib, __m256i alo, __m256i ahi, __m256i& s) {
+  __asm__("" : "+x"(c));  // in a register: not folded into the AND and loaded again for the shift
+  const __m256i lo = _mm256_and_si256(c, nib);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
+  s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, alo));
+  __asm__("" : "+x"(s));
+  s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi, ahi));
+  __asm__("" : "+x"(s));
+}
+
 // One token (the decode step), two panels at a time: independent dot-product chains for the four
 // halves and two memory streams keep the loads in flight.
 template <bool kU4>
@@ -244,20 +258,10 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
           _mm_prefetch(reinterpret_cast<const char*>(b0 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(b1 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
           const __m256i alo = Bcast32(ag + 4 * i), ahi = Bcast32(ag + 4 * (i + nvec));
-          const __m256i c0 = Load256(b0 + 64 * i), c1 = Load256(b0 + 64 * i + 32);
-          const __m256i c2 = Load256(b1 + 64 * i), c3 = Load256(b1 + 64 * i + 32);
-          s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(_mm256_and_si256(c0, nib), alo));
-          s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(_mm256_and_si256(c1, nib), alo));
-          s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(_mm256_and_si256(c2, nib), alo));
-          s3 = _mm256_add_epi16(s3, _mm256_maddubs_epi16(_mm256_and_si256(c3, nib), alo));
-          s0 = _mm256_add_epi16(
-              s0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c0, 4), nib), ahi));
-          s1 = _mm256_add_epi16(
-              s1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c1, 4), nib), ahi));
-          s2 = _mm256_add_epi16(
-              s2, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c2, 4), nib), ahi));
-          s3 = _mm256_add_epi16(
-              s3, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c3, 4), nib), ahi));
+          NibbleDot(Load256(b0 + 64 * i), nib, alo, ahi, s0);
+          NibbleDot(Load256(b0 + 64 * i + 32), nib, alo, ahi, s1);
+          NibbleDot(Load256(b1 + 64 * i), nib, alo, ahi, s2);
+          NibbleDot(Load256(b1 + 64 * i + 32), nib, alo, ahi, s3);
         }
         i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(s0, ones));
         i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(s1, ones));
@@ -280,6 +284,12 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
         i2 = _mm256_add_epi32(i2, DotU8(_mm256_abs_epi8(w2), w2, av, ones));
         i3 = _mm256_add_epi32(i3, DotU8(_mm256_abs_epi8(w3), w3, av, ones));
       }
+    }
+    // The lines past the codes (the scales): prefetched too, or one line of a group in nine
+    // (g64 with explicit minima) came from memory when the loop reached it.
+    for (size_t off = geo.code_bytes; off < geo.group_bytes; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + off + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b1 + off + kPrefetchBytes), _MM_HINT_T0);
     }
     const float s = a.scale[idx], sum = a.sum[idx];
     __m256 d, m;
