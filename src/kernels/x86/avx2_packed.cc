@@ -14,6 +14,7 @@
 // A 64-byte packed vector is two ymm registers: rows 0-7 and rows 8-15 ("halves").
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -87,6 +88,11 @@ inline __m256i InitialSum(const float* sum) {
   if constexpr (kU4) return _mm256_setzero_si256();
   return _mm256_slli_epi32(_mm256_cvttps_epi32(_mm256_broadcast_ss(sum)), 7);
 }
+
+// Software prefetch distance of the decode and few-row streams: with the sign-trick arithmetic per
+// line the out-of-order window alone keeps too few cache misses in flight (measured: about 2x from
+// DRAM).
+constexpr int kPrefetchBytes = 4096;
 
 // Half `half` (rows 8 half .. 8 half + 7) of one panel for kTokens tokens from t0: acc[t].
 // kGroup: the group size when known at compile time (32: every GGUF layout), else 0.
@@ -215,10 +221,6 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
   }
 }
 
-// Software prefetch distance of the decode streams: with the sign-trick arithmetic per line the
-// out-of-order window alone keeps too few cache misses in flight (measured: about 2x from DRAM).
-constexpr int kPrefetchBytes = 4096;
-
 // s += maddubs(low nibbles of c, alo) + maddubs(high nibbles, ahi), each code byte loaded once.
 // The empty asms keep the adds in this order: left to it, GCC reassociates a block's int16 adds
 // into a tree that wants every product live at once, which 16 ymm registers cannot hold (it
@@ -325,11 +327,217 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
   if (p < panel_end) PanelRange<kU4, 0>(w, geo, a, t, t + 1, p, panel_end, out);
 }
 
+// ---- two tokens or more: passes over an interleaved row block --------------------------------
+
+// The rows of one pass (at most kMaxPass tokens) interleaved once per panel chunk: q[quad][t][4]
+// (the same 4 columns of every row of the pass side by side, R = the pass's row count), their
+// scales and sums transposed to [group][t]. Every broadcast of a pass then comes from one pointer
+// at a constant offset, and the unpacked code vector serves all R rows from registers.
+constexpr int kMaxPass = 10;
+constexpr int64_t kMaxBlockCols = 8192;  // wider rows take PanelRange
+struct RowBlock {
+  alignas(64) int8_t q[kMaxBlockCols * kMaxPass];
+  alignas(64) float scale[kMaxBlockCols / 32 * kMaxPass];
+  alignas(64) float sum[kMaxBlockCols / 32 * kMaxPass];
+};
+
+inline void InterleaveRows(const QuantizedRows& a, int64_t t0, int n, RowBlock* b) {
+  const int64_t quads = a.cols / 4, n_groups = a.n_groups();
+  for (int t = 0; t < n; ++t) {
+    const int8_t* src = a.q + (t0 + t) * a.cols;
+    for (int64_t q = 0; q < quads; ++q) std::memcpy(b->q + (q * n + t) * 4, src + 4 * q, 4);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      b->scale[g * n + t] = a.scale[(t0 + t) * n_groups + g];
+      b->sum[g * n + t] = a.sum[(t0 + t) * n_groups + g];
+    }
+  }
+}
+
+// Half `half` (rows 8 half .. 8 half + 7) of one group `block` for the kRows rows of the pass:
+// f[t] += the group's term. The int16 sums of a window of four code vectors (eight pair sums per
+// lane, <= 30480) stay in registers, one per row; the empty asms keep each row's adds a chain (GCC
+// otherwise regroups them into trees that need every product live at once, and spills). Integer
+// sums are exact, so their order does not change a bit; the float epilogue is the reference's.
+template <bool kU4, int kRows, int kGroup>
+inline void GroupHalf(const PanelGeometry& geo, const uint8_t* block, int half, const int8_t* ag,
+                      const float* sc, const float* sm, __m256* f) {
+  const int32_t group = kGroup != 0 ? kGroup : geo.group;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* codes = block + 32 * half;
+  __m256i i32[kRows];
+  if constexpr (kU4) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const int32_t nvec = group / 8;  // vector i holds quads i (low nibbles) and i + nvec (high)
+    const int8_t* ahi = ag + nvec * kRows * 4;
+    for (int32_t w0 = 0; w0 < nvec; w0 += 4) {
+      __m256i s[kRows];
+#pragma GCC unroll 16
+      for (int t = 0; t < kRows; ++t) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int32_t i = w0; i < w0 + 4; ++i) {
+        __m256i v = Load256(codes + 64 * i);
+        __asm__("" : "+x"(v));
+        const __m256i lo = _mm256_and_si256(v, nib);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+#pragma GCC unroll 16
+        for (int t = 0; t < kRows; ++t) {
+          s[t] =
+              _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, Bcast32(ag + (i * kRows + t) * 4)));
+          __asm__("" : "+x"(s[t]));
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < kRows; ++t) {
+          s[t] =
+              _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, Bcast32(ahi + (i * kRows + t) * 4)));
+          __asm__("" : "+x"(s[t]));
+        }
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < kRows; ++t) {
+        const __m256i p = _mm256_madd_epi16(s[t], ones);
+        i32[t] = w0 == 0 ? p : _mm256_add_epi32(i32[t], p);
+      }
+    }
+  } else {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 16
+    for (int t = 0; t < kRows; ++t) i32[t] = InitialSum<false>(sm + t);
+    const int32_t quads = group / 4;
+    for (int32_t i = 0; i < quads; ++i) {
+      const __m256i w = _mm256_xor_si256(Load256(codes + 64 * i), flip);
+      const __m256i abs_w = _mm256_abs_epi8(w);
+#pragma GCC unroll 16
+      for (int t = 0; t < kRows; ++t) {
+        i32[t] = _mm256_add_epi32(i32[t], DotU8(abs_w, w, Bcast32(ag + (i * kRows + t) * 4), ones));
+        __asm__("" : "+x"(i32[t]));
+      }
+    }
+  }
+  __m256 d, m;
+  GroupScales(geo, block, half, &d, &m);
+#pragma GCC unroll 16
+  for (int t = 0; t < kRows; ++t) f[t] = AccumulateGroup(f[t], i32[t], d, m, sc[t], sm[t]);
+}
+
+// One panel for the kRows rows of `b`, group by group, both halves of a group before the next
+// (one stream, prefetched ahead as in decode): f[t] rows 0-7 and f[kRows + t] rows 8-15. Not
+// inlined, so that the register allocation of the loop does not depend on its caller.
+template <bool kU4, int kRows, int kGroup>
+__attribute__((noinline)) void PassPanel(const PanelGeometry& geo, const uint8_t* panel,
+                                         const RowBlock& b, __m256* f) {
+  const int32_t group = kGroup != 0 ? kGroup : geo.group;
+#pragma GCC unroll 32
+  for (int t = 0; t < 2 * kRows; ++t) f[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    for (size_t off = 0; off < geo.group_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(block + off + kPrefetchBytes), _MM_HINT_T0);
+    const int8_t* ag = b.q + g * group * kRows;
+    const float* sc = b.scale + g * kRows;
+    const float* sm = b.sum + g * kRows;
+    GroupHalf<kU4, kRows, kGroup>(geo, block, 0, ag, sc, sm, f);
+    GroupHalf<kU4, kRows, kGroup>(geo, block, 1, ag, sc, sm, f + kRows);
+  }
+}
+
+// Panels [panel_begin, panel_end) for the kRows rows of `b`, tokens t0...
+template <bool kU4, int kRows, int kGroup>
+void PassPanels(const PackedMatrix& w, const PanelGeometry& geo, const RowBlock& b, int64_t t0,
+                int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
+  const int64_t rows = w.layout.rows;
+  const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
+  __m256 f[2 * kRows], up[2 * kRows];
+  for (int64_t p = panel_begin; p < panel_end; p += swiglu ? 2 : 1) {
+    const uint8_t* panel = w.data + static_cast<size_t>(p) * geo.panel_bytes;
+    PassPanel<kU4, kRows, kGroup>(geo, panel, b, f);
+    if (swiglu) {
+      PassPanel<kU4, kRows, kGroup>(geo, panel + geo.panel_bytes, b, up);
+      for (int half = 0; half < 2; ++half) {
+        for (int t = 0; t < kRows; ++t) {
+          StoreSwiGlu(out, rows, t0 + t, (p / 2) * 16 + 8 * half, f[half * kRows + t],
+                      up[half * kRows + t]);
+        }
+      }
+    } else {
+      for (int half = 0; half < 2; ++half) {
+        for (int t = 0; t < kRows; ++t)
+          StoreHalf(out, t0 + t, p * 16 + 8 * half, rows, f[half * kRows + t]);
+      }
+    }
+  }
+}
+
+// Weight bytes of the panels every pass goes over before the next chunk (kept in L2: a second
+// pass reads them from there, not from memory).
+constexpr size_t kPassChunkBytes = size_t{256} << 10;
+
+// Every token in passes of at most kMaxPass rows, as even as possible (13 = 7 + 6, not 10 + 3:
+// a short pass unpacks the weights for few rows), over chunks of panels (an even count: SwiGLU
+// pairs stay together). Not inlined: its row block stays off the decode path's stack.
+template <bool kU4, int kGroup>
+__attribute__((noinline)) void BlockedRows(const PackedMatrix& w, const PanelGeometry& geo,
+                                           const QuantizedRows& a, int64_t panel_begin,
+                                           int64_t panel_end, const GemmOut& out) {
+  RowBlock b;
+  const int64_t chunk =
+      std::max<int64_t>(2, static_cast<int64_t>(kPassChunkBytes / geo.panel_bytes) & ~int64_t{1});
+  for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
+    const int64_t c1 = std::min(panel_end, c0 + chunk);
+    for (int64_t t = 0; t < a.n_tokens;) {
+      const int64_t left = a.n_tokens - t;
+      const int64_t passes = (left + kMaxPass - 1) / kMaxPass;
+      const int take = static_cast<int>((left + passes - 1) / passes);
+      InterleaveRows(a, t, take, &b);
+      auto run = [&]<int kRows>() { PassPanels<kU4, kRows, kGroup>(w, geo, b, t, c0, c1, out); };
+      switch (take) {
+        case 1:
+          run.template operator()<1>();
+          break;
+        case 2:
+          run.template operator()<2>();
+          break;
+        case 3:
+          run.template operator()<3>();
+          break;
+        case 4:
+          run.template operator()<4>();
+          break;
+        case 5:
+          run.template operator()<5>();
+          break;
+        case 6:
+          run.template operator()<6>();
+          break;
+        case 7:
+          run.template operator()<7>();
+          break;
+        case 8:
+          run.template operator()<8>();
+          break;
+        case 9:
+          run.template operator()<9>();
+          break;
+        default:
+          static_assert(kMaxPass == 10);
+          run.template operator()<10>();
+          break;
+      }
+      t += take;
+    }
+  }
+}
+
 template <bool kU4>
 void Gemm(const PackedMatrix& w, const PanelGeometry& geo, const QuantizedRows& a,
           int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
   if (a.n_tokens == 1) {
     DecodePanels<kU4>(w, geo, a, 0, panel_begin, panel_end, out);
+  } else if (a.cols <= kMaxBlockCols) {
+    if (geo.group == 32) {
+      BlockedRows<kU4, 32>(w, geo, a, panel_begin, panel_end, out);
+    } else {
+      BlockedRows<kU4, 0>(w, geo, a, panel_begin, panel_end, out);
+    }
   } else if (geo.group == 32) {
     PanelRange<kU4, 32>(w, geo, a, 0, a.n_tokens, panel_begin, panel_end, out);
   } else {
