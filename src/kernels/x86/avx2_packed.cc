@@ -359,8 +359,9 @@ inline void InterleaveRows(const QuantizedRows& a, int64_t t0, int n, RowBlock* 
 // otherwise regroups them into trees that need every product live at once, and spills). Integer
 // sums are exact, so their order does not change a bit; the float epilogue is the reference's.
 template <bool kU4, int kRows, int kGroup>
-inline void GroupHalf(const PanelGeometry& geo, const uint8_t* block, int half, const int8_t* ag,
-                      const float* sc, const float* sm, __m256* f) {
+__attribute__((always_inline)) inline void GroupHalf(const PanelGeometry& geo, const uint8_t* block,
+                                                     int half, const int8_t* ag, const float* sc,
+                                                     const float* sm, __m256* f) {
   const int32_t group = kGroup != 0 ? kGroup : geo.group;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* codes = block + 32 * half;
@@ -479,8 +480,13 @@ __attribute__((noinline)) void BlockedRows(const PackedMatrix& w, const PanelGeo
                                            const QuantizedRows& a, int64_t panel_begin,
                                            int64_t panel_end, const GemmOut& out) {
   RowBlock b;
+  // One pass (the engine's sessions, a draft being verified) reads each panel once: no chunks,
+  // so its rows are interleaved once.
   const int64_t chunk =
-      std::max<int64_t>(2, static_cast<int64_t>(kPassChunkBytes / geo.panel_bytes) & ~int64_t{1});
+      a.n_tokens <= kMaxPass
+          ? panel_end - panel_begin
+          : std::max<int64_t>(
+                2, static_cast<int64_t>(kPassChunkBytes / geo.panel_bytes) & ~int64_t{1});
   for (int64_t c0 = panel_begin; c0 < panel_end; c0 += chunk) {
     const int64_t c1 = std::min(panel_end, c0 + chunk);
     for (int64_t t = 0; t < a.n_tokens;) {
