@@ -136,6 +136,9 @@ int RunLiveConversation(std::shared_ptr<const Model> model, voice::VoiceOptions 
       {"samples_synthesized", s.samples_synthesized},
       {"samples_played", s.samples_played},
       {"samples_dropped", s.samples_dropped},
+      {"early_prefills", s.early_prefills},
+      {"early_prompt_tokens", s.early_prompt_tokens},
+      {"turn_prompt_tokens", s.turn_prompt_tokens},
       {"overruns",
        f.capture_device.empty() ? 0 : static_cast<voice::AlsaCapture*>(source.get())->overruns()},
       {"underruns", speaker ? speaker->underruns() : 0},
@@ -219,6 +222,11 @@ Command AddVoiceCommand(CLI::App& root) {
                   "silence that ends the user's turn, ms (a multiple of 10)")
       ->capture_default_str()
       ->check(CLI::Range(30, 5000));
+  app->add_option("--early-prefill-ms", f->run.voice.early_prefill_ms,
+                  "after this much silence, evaluate the turn's prompt from the partial "
+                  "recognition while the endpointer waits out --hangover-ms (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 5000));
   app->add_option("--sink-rate", f->run.voice.sink_rate,
                   "the playback rate, Hz (8000 to 192000, a multiple of 100)")
       ->check(CLI::Validator(
@@ -313,6 +321,9 @@ Command AddVoiceCommand(CLI::App& root) {
             {"samples_synthesized", s.samples_synthesized},
             {"samples_played", s.samples_played},
             {"samples_dropped", s.samples_dropped},
+            {"early_prefills", s.early_prefills},
+            {"early_prompt_tokens", s.early_prompt_tokens},
+            {"turn_prompt_tokens", s.turn_prompt_tokens},
             {"samples_reconcile", r->samples_reconcile},
             {"rss_warm_mib", r->rss_warm_mib},
             {"rss_end_mib", r->rss_end_mib},

@@ -55,6 +55,7 @@ struct VoicePipeline::Impl {
   bool in_utterance = false;
   std::string last_partial;
   double last_partial_ms = -1e9;
+  bool early_armed = false;  // voiced since the last early prefill: the next silence may start one
   std::vector<ChatMessage> history;
   int32_t turn_index = 0;
   bool reply_open = false;  // a reply whose played part is not in the history yet
@@ -69,7 +70,8 @@ struct VoicePipeline::Impl {
     double end_ms = 0;  // the turn's last voiced frame
   };
   std::optional<Turn> pending;
-  bool working = false;  // a turn is being generated or synthesized
+  std::optional<Turn> early;  // a prompt to evaluate before the endpoint (from a partial text)
+  bool working = false;       // a turn is being generated or synthesized
   std::atomic<bool> cancel{false};
   bool stopping = false;
   std::deque<int16_t> queue;  // synthesized, not played yet (sink rate)
@@ -90,7 +92,8 @@ struct VoicePipeline::Impl {
   // The worker's own state for the turn it runs.
   struct Work {
     bool active = false;
-    int64_t id = -1;                                  // the turn's request in the scheduler
+    bool prefill_only = false;  // an early prefill: the prompt evaluated, nothing generated
+    int64_t id = -1;            // the turn's request in the scheduler
     std::optional<StatusOr<GenerateResult>> outcome;  // its result, once it ended
     bool cancel_sent = false;
     bool generated = false;
@@ -157,13 +160,40 @@ struct VoicePipeline::Impl {
     if (!w.active) {
       {
         std::lock_guard<std::mutex> lock(mu);
-        if (!pending) return false;
-        w.turn = std::move(*pending);
-        pending.reset();
-        working = true;
-        cancel.store(false);
+        if (!pending) {
+          if (!early) return false;
+          w.turn = std::move(*early);
+          early.reset();
+          w.prefill_only = true;
+        } else {
+          w.turn = std::move(*pending);
+          pending.reset();
+          early.reset();  // the turn itself is here
+          w.prefill_only = false;
+          working = true;
+          cancel.store(false);
+        }
       }
       StartTurn();
+      return true;
+    }
+    if (w.prefill_only) {
+      if (!w.outcome.has_value()) {
+        scheduler->Step();
+        return true;
+      }
+      if (w.outcome->ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++stats.early_prefills;
+        stats.early_prompt_tokens += (*w.outcome)->n_prompt_tokens;
+      }
+      Emit({{"event", "early_prefill_done"},
+            {"turn", w.turn.index},
+            {"tokens", w.outcome->ok() ? (*w.outcome)->n_prompt_tokens : 0}},
+           Now());
+      w.outcome.reset();
+      w.active = false;
+      w.prefill_only = false;
       return true;
     }
     if (cancel.load()) {
@@ -187,6 +217,10 @@ struct VoicePipeline::Impl {
       StatusOr<GenerateResult> r = std::move(*w.outcome);
       w.outcome.reset();
       w.generated = true;
+      if (r.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        stats.turn_prompt_tokens += r->n_prompt_tokens;
+      }
       if (!r.ok()) Emit({{"event", "error"}, {"message", r.status().message()}}, Now());
       if (!cancel.load()) {
         w.cut.clear();
@@ -217,7 +251,7 @@ struct VoicePipeline::Impl {
     request.chat.enable_thinking = false;
     request.sampling = options.sampling;
     request.sampling.seed = options.sampling.seed + static_cast<uint64_t>(w.turn.index);
-    request.max_tokens = options.max_tokens;
+    request.max_tokens = w.prefill_only ? 0 : options.max_tokens;
     StatusOr<PreparedRequest> prepared = PrepareRequest(*model, request);
     if (!prepared.ok()) {
       // A model without a chat template (a story model): the user's words, continued.
@@ -235,7 +269,12 @@ struct VoicePipeline::Impl {
       turn.session = session.get();
       turn.prompt = w.prepared.prompt.ids;
       turn.options = w.prepared.options;
-      turn.on_text = [this](std::string_view piece) { return OnText(piece); };
+      if (w.prefill_only) {
+        turn.options.max_tokens = 0;  // the prompt into the session's context, no reply
+        turn.on_text = [](std::string_view) { return true; };
+      } else {
+        turn.on_text = [this](std::string_view piece) { return OnText(piece); };
+      }
       turn.on_generated = [this](StatusOr<GenerateResult> r) {
         work.outcome.emplace(std::move(r));
         return std::optional<SchedulerFollowUp>();
@@ -246,6 +285,11 @@ struct VoicePipeline::Impl {
         return;
       }
       failed = id.status();
+    }
+    if (w.prefill_only) {  // nothing to say: the turn will meet the same error
+      w.active = false;
+      w.prefill_only = false;
+      return;
     }
     Emit({{"event", "error"}, {"message", failed.message()}}, Now());
     w.generated = true;
@@ -327,7 +371,9 @@ struct VoicePipeline::Impl {
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stopping || pending.has_value() || work.active; });
+        cv.wait(lock, [&] {
+          return stopping || pending.has_value() || early.has_value() || work.active;
+        });
         if (stopping) return;
       }
       while (Advance()) {
@@ -401,6 +447,53 @@ struct VoicePipeline::Impl {
     CloseReply();
   }
 
+  // The turn for the user's `text`: the system prompt, then `*h` with the text, less the oldest
+  // exchanges where they would not fit the context (dropped from `*h` too).
+  Turn TurnFor(const std::string& text, std::vector<ChatMessage>* h) const {
+    h->push_back({"user", text});
+    size_t chars = 0;
+    for (const ChatMessage& m : *h) chars += m.content.size();
+    const size_t budget =
+        static_cast<size_t>(std::max(256, session->n_ctx() - options.max_tokens - 64)) * 3;
+    while (chars > budget && h->size() > 2) {
+      chars -= h->front().content.size();
+      h->erase(h->begin());
+    }
+    Turn turn;
+    turn.user_text = text;
+    turn.messages.push_back({"system", options.system_prompt});
+    turn.messages.insert(turn.messages.end(), h->begin(), h->end());
+    return turn;
+  }
+
+  // In the silence that may end the utterance: the turn's prompt from the partial hypothesis,
+  // for the worker to evaluate while the endpointer waits (when it is idle: a reply still being
+  // cut short keeps the session).
+  void MaybePrefillEarly() {
+    const int64_t silent = endpointer.frames() - 1 - endpointer.last_voiced_frame();
+    if (silent == 0) {
+      early_armed = true;
+      return;
+    }
+    if (!early_armed || options.early_prefill_ms <= 0 || reply_open ||
+        static_cast<double>(silent) * kFrameMs < options.early_prefill_ms) {
+      return;
+    }
+    early_armed = false;
+    std::string partial = asr->Partial();
+    if (partial.empty()) return;
+    std::vector<ChatMessage> h = history;
+    Turn turn = TurnFor(partial, &h);
+    turn.index = turn_index;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (working || pending.has_value()) return;
+      early = std::move(turn);
+    }
+    Emit({{"event", "early_prefill"}, {"text", partial}}, Now());
+    cv.notify_all();
+  }
+
   void EndUtterance() {
     in_utterance = false;
     StatusOr<std::string> text = asr->Finish();
@@ -414,22 +507,9 @@ struct VoicePipeline::Impl {
     CloseReply();
     stats.user_texts.push_back(*text);
     ++stats.turns;
-    history.push_back({"user", *text});
-    // Keep the conversation within the context: drop the oldest exchanges.
-    size_t chars = 0;
-    for (const ChatMessage& m : history) chars += m.content.size();
-    const size_t budget =
-        static_cast<size_t>(std::max(256, session->n_ctx() - options.max_tokens - 64)) * 3;
-    while (chars > budget && history.size() > 2) {
-      chars -= history.front().content.size();
-      history.erase(history.begin());
-    }
-    Turn turn;
+    Turn turn = TurnFor(*text, &history);
     turn.index = turn_index++;
-    turn.user_text = *text;
     turn.end_ms = end_ms;
-    turn.messages.push_back({"system", options.system_prompt});
-    turn.messages.insert(turn.messages.end(), history.begin(), history.end());
     {
       std::lock_guard<std::mutex> lock(mu);
       pending = std::move(turn);
@@ -462,6 +542,7 @@ struct VoicePipeline::Impl {
       // Recognized from its first frame: the frames kept since before the start went in first.
       POCKET_RETURN_IF_ERROR(asr->Start());
       in_utterance = true;
+      early_armed = true;
       const int64_t back = frames - endpointer.speech_start_frame() + 5;
       const size_t skip = preroll.size() > static_cast<size_t>(back)
                               ? preroll.size() - static_cast<size_t>(back)
@@ -469,6 +550,7 @@ struct VoicePipeline::Impl {
       for (size_t i = skip; i < preroll.size(); ++i) POCKET_RETURN_IF_ERROR(asr->Push(preroll[i]));
     } else if (in_utterance) {
       POCKET_RETURN_IF_ERROR(asr->Push(in));
+      if (event == VadEvent::kNone) MaybePrefillEarly();
       if (Now() - last_partial_ms >= 250) {
         last_partial_ms = Now();
         std::string partial = asr->Partial();

@@ -37,6 +37,11 @@ struct VoiceOptions {
   SegmenterOptions segmenter;
   VadOptions vad;
   EndpointerOptions endpointer;
+  // The turn's prompt is evaluated early, from the recognizer's partial hypothesis, once the
+  // user has been silent this long (ms): the endpointer's silence window is spent prefilling, and
+  // the turn at the endpoint reuses what agrees with the final text (the history and the words
+  // recognized alike), evaluating only the rest. 0: off. At or above the hangover: never.
+  int32_t early_prefill_ms = 100;
   bool virtual_clock = false;
   int32_t virtual_steps_per_frame = 2;  // engine steps (or one segment's synthesis) per 10 ms
   std::string other_voice = "cmn";      // espeak-ng's voice for text that is mostly CJK
@@ -60,6 +65,9 @@ struct VoiceStats {
   int64_t samples_dropped = 0;  // queued when a barge-in came
   int32_t turns = 0;
   int32_t barge_ins = 0;
+  int32_t early_prefills = 0;       // prompts evaluated in the silence window (early_prefill_ms)
+  int64_t early_prompt_tokens = 0;  // ... the tokens they evaluated
+  int64_t turn_prompt_tokens = 0;   // the tokens the turns evaluated after the endpoint
 };
 
 class VoicePipeline {

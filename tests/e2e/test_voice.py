@@ -117,6 +117,15 @@ class VoiceTest(unittest.TestCase):
                 self.assertTrue(want.startswith(got), (turn, got, want))
             else:
                 self.assertEqual(got, want, turn)
+        # Each turn's prompt was evaluated early, in the endpointer's silence, from the partial
+        # hypothesis; at the endpoint the turn evaluated only what the final text changed. Off,
+        # the turns evaluate everything, and say the same.
+        off = voice(SMOKE, "--temp", "0", "--early-prefill-ms", "0")
+        self.assertEqual(a["early_prefills"], 3)
+        self.assertEqual(off["early_prefills"], 0)
+        self.assertLess(a["turn_prompt_tokens"], off["turn_prompt_tokens"])
+        said = lambda r: [(e["turn"], e["text"]) for e in r["trace"] if e["event"] == "segment"]
+        self.assertEqual(said(a), said(off))
 
     @unittest.skipIf(SANITIZED, "ten minutes of audio: the release build's test")
     def test_ten_minute_conversation_keeps_its_memory(self):
