@@ -1,9 +1,9 @@
 // Baseline ARMv8 Advanced SIMD (NEON) kernels: every ARM64 CPU has them. Bit-identical to the
 // reference for quantize_rows, packed_gemm (store / accumulate), dense_gemm, rmsnorm, rope and
 // kv_store: the same operations in the same order (reference/canonical.h). The packed matmul's
-// int8 products come from SMULL/SMLAL (int16, at most four products per lane before they could
-// overflow) widened into int32 by SADALP. The float kernels here are reused by the dotprod and
-// i8mm tables, whose instructions only change the integer matmul.
+// int8 products come from SMULL/SMLAL into int16 lanes (u4 codes: up to 16 products, the decode
+// step's SmlalDecode; u8: two), widened into int32 by SADALP / SADDLP. The float kernels here are
+// reused by the dotprod and i8mm tables, whose instructions only change the integer matmul.
 #include <arm_neon.h>
 
 #include <math.h>
@@ -108,6 +108,58 @@ struct SmlalDots {
   }
 };
 
+// The decode step (one token) in the AVX2 decode loop's form: each 64-byte code vector loaded
+// once (one 4-register load) and unpacked once, the two activation quads broadcast by LD1R, and
+// 8 int16 chains taking 16 SMLALs each before one widening per block of 8 vectors. u4 codes are
+// 0..15, so |code * a| <= 15 * 127 = 1905 and 16 products (8 vectors, low and high nibbles) add
+// up to at most 30480 in an int16 lane; the integer sums are exact, hence the same as
+// SmlalDots<1>'s in any order. docs/notes/neon-decode-analysis.md counts both loops. u8 codes
+// take SmlalDots<1>.
+struct SmlalDecode {
+  static constexpr int kTokens = 1;
+  static constexpr bool kBiasedU8 = true;
+
+  template <bool kU4>
+  static void Dots(const uint8_t* block, int32_t group, const int8_t* const* aq,
+                   int32x4_t (*iacc)[4]) {
+    if constexpr (!kU4) {
+      SmlalDots<1>::Dots<false>(block, group, aq, iacc);
+    } else {
+      const uint8x16_t nib = vdupq_n_u8(0x0f);
+      const int32_t half = group / 8;  // vector i: quad i (low nibbles), quad i + half (high)
+      const uint8_t* c = block;
+      const int8_t* al = aq[0];
+      const int8_t* ah = aq[0] + 4 * half;
+      int32x4_t sum[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+      for (int32_t v0 = 0; v0 < half; v0 += 8) {
+        int16x8_t p[4], q[4];  // rows 4j, 4j + 1 | rows 4j + 2, 4j + 3
+        for (int j = 0; j < 4; ++j) p[j] = q[j] = vdupq_n_s16(0);
+        const int32_t v1 = v0 + 8 < half ? v0 + 8 : half;
+        for (int32_t i = v0; i < v1; ++i, c += 64, al += 4, ah += 4) {
+          // Kept as pointers: LD1R has no register-offset form, and GCC would index them.
+          __asm__("" : "+r"(al), "+r"(ah));
+          const int8x16_t alo =
+              vreinterpretq_s8_u32(vld1q_dup_u32(reinterpret_cast<const uint32_t*>(al)));
+          const int8x16_t ahi =
+              vreinterpretq_s8_u32(vld1q_dup_u32(reinterpret_cast<const uint32_t*>(ah)));
+          const uint8x16x4_t w = vld1q_u8_x4(c);
+          for (int j = 0; j < 4; ++j) {
+            const int8x16_t l = vreinterpretq_s8_u8(vandq_u8(w.val[j], nib));
+            const int8x16_t h = vreinterpretq_s8_u8(vshrq_n_u8(w.val[j], 4));
+            p[j] = vmlal_s8(p[j], vget_low_s8(l), vget_low_s8(alo));
+            q[j] = vmlal_high_s8(q[j], l, alo);
+            p[j] = vmlal_s8(p[j], vget_low_s8(h), vget_low_s8(ahi));
+            q[j] = vmlal_high_s8(q[j], h, ahi);
+          }
+        }
+        for (int j = 0; j < 4; ++j)
+          sum[j] = vaddq_s32(sum[j], vpaddq_s32(vpaddlq_s16(p[j]), vpaddlq_s16(q[j])));
+      }
+      for (int j = 0; j < 4; ++j) iacc[0][j] = sum[j];
+    }
+  }
+};
+
 // ---- dense float matmul -----------------------------------------------------------------------
 
 // Row r as floats: f32 in place, f16 / bf16 converted 4 at a time (exact), block types via the
@@ -200,7 +252,7 @@ void QuantizeRows(const float* x, int64_t ldx, int64_t n_tokens, int64_t cols,
 
 void PackedGemm(const PackedMatrix& w, const QuantizedRows& a, int64_t panel_begin,
                 int64_t panel_end, const GemmOut& out) {
-  PackedGemmFor<SmlalDots<2>, SmlalDots<1>>(w, a, panel_begin, panel_end, out);
+  PackedGemmFor<SmlalDots<2>, SmlalDecode>(w, a, panel_begin, panel_end, out);
 }
 
 // ---- dense float matmul -----------------------------------------------------------------------
