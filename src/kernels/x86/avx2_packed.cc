@@ -333,7 +333,7 @@ void DecodePanels(const PackedMatrix& w, const PanelGeometry& geo, const Quantiz
 // (the same 4 columns of every row of the pass side by side, R = the pass's row count), their
 // scales and sums transposed to [group][t]. Every broadcast of a pass then comes from one pointer
 // at a constant offset, and the unpacked code vector serves all R rows from registers.
-constexpr int kMaxPass = 10;
+constexpr int kMaxPass = 12;
 constexpr int64_t kMaxBlockCols = 8192;  // wider rows take PanelRange
 struct RowBlock {
   alignas(64) int8_t q[kMaxBlockCols * kMaxPass];
@@ -490,7 +490,7 @@ void PassPanels(const PackedMatrix& w, const PanelGeometry& geo, const RowBlock&
 // pass reads them from there, not from memory).
 constexpr size_t kPassChunkBytes = size_t{256} << 10;
 
-// Every token in passes of at most kMaxPass rows, as even as possible (13 = 7 + 6, not 10 + 3:
+// Every token in passes of at most kMaxPass rows, as even as possible (13 = 7 + 6, not 12 + 1:
 // a short pass unpacks the weights for few rows), over chunks of panels (an even count: SwiGLU
 // pairs stay together). Not inlined: its row block stays off the decode path's stack.
 template <bool kU4, int kGroup>
@@ -541,9 +541,15 @@ __attribute__((noinline)) void BlockedRows(const PackedMatrix& w, const PanelGeo
         case 9:
           run.template operator()<9>();
           break;
-        default:
-          static_assert(kMaxPass == 10);
+        case 10:
           run.template operator()<10>();
+          break;
+        case 11:
+          run.template operator()<11>();
+          break;
+        default:
+          static_assert(kMaxPass == 12);
+          run.template operator()<12>();
           break;
       }
       t += take;
