@@ -420,68 +420,53 @@ __attribute__((always_inline)) inline void GroupHalf(const PanelGeometry& geo, c
   for (int t = 0; t < kRows; ++t) f[t] = AccumulateGroup(f[t], i32[t], d, m, sc[t], sm[t]);
 }
 
-// kPanels panels (1, or 2 consecutive ones: two memory streams, as decode reads) for the kRows
-// rows of `b`, group by group, both halves of a group before the next, prefetched ahead as in
-// decode: f[(2 i + half) kRows + t] for panel i. Not inlined, so that the register allocation of
-// the loop does not depend on its caller.
-template <bool kU4, int kRows, int kGroup, int kPanels>
+// One panel for the kRows rows of `b`, group by group, both halves of a group before the next
+// (prefetched ahead as in decode): f[t] rows 0-7 and f[kRows + t] rows 8-15. Not inlined, so
+// that the register allocation of the loop does not depend on its caller. (Two panels at once,
+// two memory streams as decode reads, made 2-4 rows faster on one thread but slower on two:
+// `pocket bench --verify-cost -t 2 --kernels avx2` c(4) 1.40-1.43 with one panel, 1.64-1.67 with
+// two; 4 sessions 2.31-2.43x against 2.06-2.18x.)
+template <bool kU4, int kRows, int kGroup>
 __attribute__((noinline)) void PassPanel(const PanelGeometry& geo, const uint8_t* panel,
                                          const RowBlock& b, __m256* f) {
   const int32_t group = kGroup != 0 ? kGroup : geo.group;
-#pragma GCC unroll 64
-  for (int t = 0; t < 2 * kPanels * kRows; ++t) f[t] = _mm256_setzero_ps();
+#pragma GCC unroll 32
+  for (int t = 0; t < 2 * kRows; ++t) f[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* block = panel + static_cast<size_t>(g) * geo.group_bytes;
+    for (size_t off = 0; off < geo.group_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(block + off + kPrefetchBytes), _MM_HINT_T0);
     const int8_t* ag = b.q + g * group * kRows;
     const float* sc = b.scale + g * kRows;
     const float* sm = b.sum + g * kRows;
-    for (int i = 0; i < kPanels; ++i) {
-      const uint8_t* block = panel + i * geo.panel_bytes + static_cast<size_t>(g) * geo.group_bytes;
-      for (size_t off = 0; off < geo.group_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(block + off + kPrefetchBytes), _MM_HINT_T0);
-    }
-    for (int i = 0; i < kPanels; ++i) {
-      const uint8_t* block = panel + i * geo.panel_bytes + static_cast<size_t>(g) * geo.group_bytes;
-      GroupHalf<kU4, kRows, kGroup>(geo, block, 0, ag, sc, sm, f + 2 * i * kRows);
-      GroupHalf<kU4, kRows, kGroup>(geo, block, 1, ag, sc, sm, f + (2 * i + 1) * kRows);
-    }
+    GroupHalf<kU4, kRows, kGroup>(geo, block, 0, ag, sc, sm, f);
+    GroupHalf<kU4, kRows, kGroup>(geo, block, 1, ag, sc, sm, f + kRows);
   }
 }
 
-// Panels [panel_begin, panel_end) for the kRows rows of `b`, tokens t0..: two at a time (a
-// SwiGLU pair: gate and up), in one pass up to 4 rows (PackedGemmStream/avx2: 2 rows 1.44x ->
-// 1.25x one row's time, 4 rows 1.6x -> 1.45x), in two above.
+// Panels [panel_begin, panel_end) for the kRows rows of `b`, tokens t0...
 template <bool kU4, int kRows, int kGroup>
 void PassPanels(const PackedMatrix& w, const PanelGeometry& geo, const RowBlock& b, int64_t t0,
                 int64_t panel_begin, int64_t panel_end, const GemmOut& out) {
   const int64_t rows = w.layout.rows;
   const bool swiglu = out.epilogue == Epilogue::kSwiGlu;
-  __m256 f[4 * kRows];
-  int64_t p = panel_begin;
-  for (; p + 2 <= panel_end; p += 2) {
+  __m256 f[2 * kRows], up[2 * kRows];
+  for (int64_t p = panel_begin; p < panel_end; p += swiglu ? 2 : 1) {
     const uint8_t* panel = w.data + static_cast<size_t>(p) * geo.panel_bytes;
-    if constexpr (kRows <= 4) {
-      PassPanel<kU4, kRows, kGroup, 2>(geo, panel, b, f);
-    } else {  // measured: from 5 rows on, one panel at a time is faster (the loop is busier)
-      PassPanel<kU4, kRows, kGroup, 1>(geo, panel, b, f);
-      PassPanel<kU4, kRows, kGroup, 1>(geo, panel + geo.panel_bytes, b, f + 2 * kRows);
-    }
-    for (int half = 0; half < 2; ++half) {
-      for (int t = 0; t < kRows; ++t) {
-        if (swiglu) {
+    PassPanel<kU4, kRows, kGroup>(geo, panel, b, f);
+    if (swiglu) {
+      PassPanel<kU4, kRows, kGroup>(geo, panel + geo.panel_bytes, b, up);
+      for (int half = 0; half < 2; ++half) {
+        for (int t = 0; t < kRows; ++t) {
           StoreSwiGlu(out, rows, t0 + t, (p / 2) * 16 + 8 * half, f[half * kRows + t],
-                      f[(2 + half) * kRows + t]);
-        } else {
-          StoreHalf(out, t0 + t, p * 16 + 8 * half, rows, f[half * kRows + t]);
-          StoreHalf(out, t0 + t, (p + 1) * 16 + 8 * half, rows, f[(2 + half) * kRows + t]);
+                      up[half * kRows + t]);
         }
       }
-    }
-  }
-  if (p < panel_end) {  // an odd count (never SwiGLU, whose ranges cover whole pairs)
-    PassPanel<kU4, kRows, kGroup, 1>(geo, w.data + static_cast<size_t>(p) * geo.panel_bytes, b, f);
-    for (int half = 0; half < 2; ++half) {
-      for (int t = 0; t < kRows; ++t)
-        StoreHalf(out, t0 + t, p * 16 + 8 * half, rows, f[half * kRows + t]);
+    } else {
+      for (int half = 0; half < 2; ++half) {
+        for (int t = 0; t < kRows; ++t)
+          StoreHalf(out, t0 + t, p * 16 + 8 * half, rows, f[half * kRows + t]);
+      }
     }
   }
 }
