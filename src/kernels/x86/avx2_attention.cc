@@ -198,7 +198,19 @@ void AttendToken(const AttentionTask& task, int64_t t, float* scratch) {
   // Score chunks of at most kMaxScoreHeads, balanced (7 heads: 4 + 3).
   const int32_t passes = (n_heads + kMaxScoreHeads - 1) / kMaxScoreHeads;
   const int32_t chunk = (n_heads + passes - 1) / passes;
+  // The cache was evicted by the weights streamed since this layer's last step: fetch the blocks
+  // ahead (K's block and its 16 V rows), so the loads below do not wait on memory line by line.
+  constexpr int64_t kAhead = 2;
+  const int64_t block_bytes = task.kv.BlockBytes();
   for (int64_t b = 0; b < n_blocks; ++b) {
+    if (b + kAhead < n_blocks) {
+      const char* kn = task.kv.KeyBlock<const char>(b + kAhead);
+      const char* vn = task.kv.ValueRow<const char>(kKvBlockPositions * (b + kAhead));
+      for (int64_t off = 0; off < block_bytes; off += 64) {
+        _mm_prefetch(kn + off, _MM_HINT_T0);
+        _mm_prefetch(vn + off, _MM_HINT_T0);
+      }
+    }
     const uint32_t lanes = VisibleLanes(task, b, n_pos);
     if (lanes == 0) continue;  // hidden (tree attention)
     const int64_t valid = LanesExtent(lanes);

@@ -245,8 +245,17 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
                    _mm256_setzero_ps()};
   const int8_t* aq = a.q + t * a.cols;
   for (int64_t g = 0; g < geo.n_groups; ++g) {
-    const uint8_t* b0 = p0 + static_cast<size_t>(g) * geo.group_bytes;
-    const uint8_t* b1 = p1 + static_cast<size_t>(g) * geo.group_bytes;
+    const size_t group_off = static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* b0 = p0 + group_off;
+    const uint8_t* b1 = p1 + group_off;
+    // The pair reads [p0, p0 + 2 panels) as two streams, so a fixed distance ahead of panel 0's
+    // stream soon lands in what panel 1's has read. Past its panel's end, each stream prefetches
+    // the same point of the next pair's panel instead.
+    const size_t ahead = group_off + kPrefetchBytes < geo.panel_bytes
+                             ? kPrefetchBytes
+                             : kPrefetchBytes + geo.panel_bytes;
+    const uint8_t* f0 = b0 + ahead;
+    const uint8_t* f1 = b1 + ahead;
     const int8_t* ag = aq + g * geo.group;
     // [panel 0 rows 0-7, panel 0 rows 8-15, panel 1 rows 0-7, panel 1 rows 8-15]
     const int64_t idx = t * geo.n_groups + g;
@@ -257,8 +266,8 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
       for (int32_t v0 = 0; v0 < nvec; v0 += 4) {
         __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
         for (int32_t i = v0; i < v0 + 4; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(b0 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(b1 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(f0 + 64 * i), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(f1 + 64 * i), _MM_HINT_T0);
           const __m256i alo = Bcast32(ag + 4 * i), ahi = Bcast32(ag + 4 * (i + nvec));
           NibbleDot(Load256(b0 + 64 * i), nib, alo, ahi, s0);
           NibbleDot(Load256(b0 + 64 * i + 32), nib, alo, ahi, s1);
@@ -274,8 +283,8 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
       const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
       const int32_t quads = geo.group / 4;
       for (int32_t i = 0; i < quads; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(b0 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(b1 + 64 * i + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(f0 + 64 * i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(f1 + 64 * i), _MM_HINT_T0);
         const __m256i av = Bcast32(ag + 4 * i);
         const __m256i w0 = _mm256_xor_si256(Load256(b0 + 64 * i), flip);
         const __m256i w1 = _mm256_xor_si256(Load256(b0 + 64 * i + 32), flip);
@@ -290,8 +299,8 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
     // The lines past the codes (the scales): prefetched too, or one line of a group in nine
     // (g64 with explicit minima) came from memory when the loop reached it.
     for (size_t off = geo.code_bytes; off < geo.group_bytes; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + off + kPrefetchBytes), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b1 + off + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(f0 + off), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(f1 + off), _MM_HINT_T0);
     }
     const float s = a.scale[idx], sum = a.sum[idx];
     __m256 d, m;
