@@ -180,6 +180,13 @@ POCKET_API int32_t pocket_session_n_threads(const pocket_session* session);
  * which then returns at once. A request is never lost to a race with the call's start, and it is
  * used up by the call it stops: the call after that runs normally. */
 POCKET_API void pocket_session_cancel(pocket_session* session);
+/* Makes the session's context the token ids (the longest common prefix with what it holds is
+ * kept, the rest evaluated) and points *logits at the vocab_size logits after the last id: owned
+ * by the session, valid until its next call. An empty list or an id outside the vocabulary is
+ * POCKET_ERR_INVALID_ARGUMENT naming it; more ids than the context, POCKET_ERR_OUT_OF_RANGE;
+ * pocket_session_cancel stops it between prefill chunks (POCKET_ERR_CANCELLED). */
+POCKET_API pocket_status pocket_session_eval(pocket_session* session, const int32_t* ids,
+                                             size_t n_ids, const float** logits, pocket_error* err);
 /* Forgets the conversation and frees its KV memory (the next prompt is evaluated from scratch). */
 POCKET_API void pocket_session_reset(pocket_session* session);
 /* Saved sessions: the conversation's context (its tokens, their keys and values in the cache's

@@ -496,6 +496,21 @@ void pocket_session_cancel(pocket_session* session) {
   if (session != nullptr) session->session->Cancel();
 }
 
+pocket_status pocket_session_eval(pocket_session* session, const int32_t* ids, size_t n_ids,
+                                  const float** logits, pocket_error* err) {
+  return Guard(err, [&]() -> pocket_status {
+    if (session == nullptr || logits == nullptr || (ids == nullptr && n_ids > 0)) {
+      return Fail(err, POCKET_ERR_INVALID_ARGUMENT,
+                  "session and logits must not be NULL, nor ids when n_ids > 0");
+    }
+    *logits = nullptr;
+    auto r = session->session->EvaluateIds(std::span<const int32_t>(ids, n_ids));
+    if (!r.ok()) return Report(err, r.status());
+    *logits = r->data();
+    return Report(err, pocket::Status::Ok());
+  });
+}
+
 void pocket_session_reset(pocket_session* session) {
   if (session != nullptr) session->session->Reset();
 }

@@ -193,6 +193,20 @@ Status Session::SetContext(std::span<const int32_t> tokens, const PrefillProgres
   return Append(tokens.subspan(common), nullptr, progress);
 }
 
+StatusOr<std::span<const float>> Session::EvaluateIds(std::span<const int32_t> ids) {
+  const CancelScope cancel_scope(&cancel_);
+  if (ids.empty()) return InvalidArgumentError("no token ids to evaluate");
+  const int32_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return InvalidArgumentError("token id ", i, " is ", ids[i], ", outside the vocabulary (0 to ",
+                                  vocab - 1, ")");
+    }
+  }
+  POCKET_RETURN_IF_ERROR(SetContext(ids));
+  return last_logits();
+}
+
 StatusOr<GenerateResult> Session::Generate(std::string_view text, const GenerateOptions& options,
                                            const StreamCallback& on_text) {
   const Tokenizer* tok = model_->tokenizer();

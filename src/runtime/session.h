@@ -113,6 +113,10 @@ class Session {
                 const PrefillProgress& progress = nullptr);
   // Logits after the last evaluated token ([vocab]).
   std::span<const float> last_logits() const { return logits_; }
+  // The public form of SetContext (the C API's pocket_session_eval): checks the ids (not empty,
+  // each in the vocabulary, naming the first that is not), makes them the context and returns
+  // last_logits(). A cancel request stops it between prefill chunks and is used up by it.
+  StatusOr<std::span<const float>> EvaluateIds(std::span<const int32_t> ids);
 
   // Sets the context to `prompt` and generates until a stop condition. Without a drafter it runs
   // as a request of a one-request engine of the session's own (engine.h: the code that batches

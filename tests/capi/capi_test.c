@@ -153,6 +153,56 @@ static void test_cancel(pocket_session* session, const char* text) {
   CHECK(st == POCKET_OK, "the score after a cancelled one: %s", err.message);
 }
 
+/* pocket_session_eval: the logits after a prompt's ids pick, greedily, the token a greedy generate
+ * starts with; the same ids again give the same logits; bad ids are errors naming them. */
+static void test_eval(const pocket_model* model, pocket_session* session, const char* text) {
+  pocket_error err;
+  int32_t ids[256];
+  size_t n_ids = 0;
+  pocket_status st = pocket_tokenize(model, text, strlen(text), false, ids, 256, &n_ids, &err);
+  CHECK(st == POCKET_OK && n_ids > 0, "tokenize: %s", err.message);
+  const float* logits = NULL;
+  st = pocket_session_eval(session, ids, n_ids, &logits, &err);
+  CHECK(st == POCKET_OK && logits != NULL, "eval: %s", err.message);
+  const int32_t vocab = pocket_model_vocab_size(model);
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  float* copy = (float*)malloc((size_t)vocab * sizeof(float));
+  CHECK(copy != NULL, "out of memory");
+  memcpy(copy, logits, (size_t)vocab * sizeof(float));
+  st = pocket_session_eval(session, ids, n_ids, &logits, &err);
+  CHECK(st == POCKET_OK && memcmp(copy, logits, (size_t)vocab * sizeof(float)) == 0,
+        "the same ids gave other logits");
+  free(copy);
+  pocket_generate_params gp = pocket_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 1;
+  Collected* c = run(session, text, &gp, NULL);
+  char piece[256];
+  size_t n_bytes = 0;
+  st = pocket_detokenize(model, &best, 1, piece, sizeof(piece) - 1, &n_bytes, &err);
+  CHECK(st == POCKET_OK, "detokenize: %s", err.message);
+  piece[n_bytes] = '\0';
+  CHECK(strcmp(piece, c->text) == 0, "argmax of eval's logits is '%s', greedy generate gave '%s'",
+        piece, c->text);
+  free(c);
+  int32_t bad[2] = {ids[0], vocab};
+  st = pocket_session_eval(session, bad, 2, &logits, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT && logits == NULL &&
+            strstr(err.message, "token id 1") != NULL,
+        "an id outside the vocabulary gave %d: %s", (int)st, err.message);
+  printf("expected error: %s\n", err.message);
+  st = pocket_session_eval(session, ids, 0, &logits, &err);
+  CHECK(st == POCKET_ERR_INVALID_ARGUMENT, "no ids gave %d", (int)st);
+  pocket_session_cancel(session);
+  st = pocket_session_eval(session, ids, n_ids, &logits, &err);
+  CHECK(st == POCKET_OK || st == POCKET_ERR_CANCELLED, "cancelled eval gave %d", (int)st);
+  st = pocket_session_eval(session, ids, n_ids, &logits, &err);
+  CHECK(st == POCKET_OK, "eval after a cancel: %s", err.message);
+}
+
 static void test_seeds(pocket_session* session, const char* text) {
   pocket_generate_params gp = pocket_generate_default_params();
   CHECK(gp.seed == POCKET_SEED_RANDOM, "the default seed is %llu", (unsigned long long)gp.seed);
@@ -1162,6 +1212,7 @@ int main(int argc, char** argv) {
   test_no_chat_template(model, session);
   test_cancel(session, text);
   test_seeds(session, text);
+  test_eval(model, session, text);
   test_threads(model);
   test_saved_session(model);
   test_batch(model);
