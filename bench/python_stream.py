@@ -13,6 +13,7 @@ reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
 with pocket.Model.load(path, threads=threads) as model:
     session = model.session()
+    list(session.stream("Once upon a time", max_tokens=32, temperature=0))  # warm-up, unreported
     for _ in range(reps):
         session.reset()
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bindings' streaming overhead: 256 greedy tokens of the pocket-0.3b INT4 package streamed
 # through the C API (build/bin/capi_stream), Python (bench/python_stream.py in build/pyenv) and
-# Java (bindings/java, when built), interleaved round by round in one run; prints each run's JSON
+# Java (build/java from ctest bindings.java, when built), interleaved round by round in one run; prints each run's JSON
 # line and the medians with their ratio to C. Usage: scripts/bindings-bench.sh [ROUNDS=5] [THREADS=2]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -9,6 +9,13 @@ rounds="${1:-5}"
 threads="${2:-2}"
 model="$("$root/scripts/pocket-0.3b.sh")"
 [ -x "$root/build/pyenv/bin/python" ] || "$root/bindings/python/run_tests.sh" "$root/build" -q -k nothing_matches >/dev/null || true
+# Java: the jar and JNI library ctest bindings.java builds (build/java), and this class.
+java_dir="$root/build/java"
+if [ -f "$java_dir/pocket.jar" ]; then
+  mkdir -p "$java_dir/bench"
+  javac -d "$java_dir/bench" -cp "$java_dir/pocket.jar" "$root/bench/JavaStream.java"
+  POCKET_JAVA_STREAM="java -Dpocket.jni.library=$java_dir/libpocket_jni.so -cp $java_dir/pocket.jar:$java_dir/bench JavaStream"
+fi
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 for r in $(seq "$rounds"); do

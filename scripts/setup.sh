@@ -18,6 +18,7 @@ packages=(
   python3-jsonschema                               # independent check of constrained outputs
   python3-venv python3-pip python3-setuptools      # the Python bindings, pip-installed offline
   python3-pytest                                   # into a venv, and their tests
+  openjdk-17-jdk-headless junit5                   # the Java bindings (JNI) and their JUnit tests
   clang libclang-rt-14-dev                         # libFuzzer targets
   clang-format                                     # the style check in the suite
   g++-aarch64-linux-gnu qemu-user googletest       # ARM64 kernels: cross build (GoogleTest from
