@@ -329,3 +329,23 @@ def test_load_generate_close_cycles_keep_rss_flat():
         cycle()
     grown = rss_kb() - before
     assert grown < 5 * 1024, f"RSS grew {grown} kB over 1,000 cycles"
+
+
+def test_classify_with_a_head_equals_cli(work):
+    """A .pocket copy of stories260K with a random 3-label head (made by the CLI)."""
+    dim = int(np.fromfile(STORIES, dtype="<i4", count=1)[0])  # llama2.c: the config comes first
+    head = os.path.join(work, "head.npy")
+    np.save(head, np.random.default_rng(5).standard_normal((3, dim)).astype(np.float32))
+    head_model = os.path.join(work, "head.pocket")
+    cli("convert", STORIES, "--tokenizer", STORIES_TOK, "--weights", "f32", "--classifier-head",
+        head, "--classifier-labels", "happy,sad,neutral", "-o", head_model)
+    with pocket.Model.load(head_model) as model:
+        assert model.labels == ["happy", "sad", "neutral"]
+        ours = model.session().classify("The dog was happy.")
+        theirs = json.loads(cli("score", "-m", head_model, "-p", "The dog was happy.", "--head",
+                                "--json"))
+        ranked = theirs.get("labels", theirs.get("candidates"))
+        assert [l.label for l in ours] == [r.get("label", r.get("text")) for r in ranked]
+        for a, b in zip(ours, ranked):
+            assert abs(a.probability - b["probability"]) <= 1e-6
+        assert abs(sum(l.probability for l in ours) - 1.0) < 1e-9
