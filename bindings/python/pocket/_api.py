@@ -79,6 +79,17 @@ def _utf8(text: str, what: str) -> bytes:
     return text.encode("utf-8")
 
 
+class _Ref(ctypes.c_void_p):
+    """A handle's pointer as a call argument: it holds the handle until the call returns, so a
+    close() from another thread meanwhile cannot free what the call is using."""
+
+
+def _ref(handle: "_Handle") -> _Ref:
+    r = _Ref(handle.ptr)
+    r.handle = handle
+    return r
+
+
 class _Handle:
     """A native pointer and the function that frees it; `keep` holds what must outlive it."""
 
@@ -174,10 +185,10 @@ class Adapter:
         self._handle: Optional[_Handle] = _Handle(out.value, N.adapter_free, model._handle)
         self.path = str(path)
 
-    def _ptr(self) -> int:
+    def _ptr(self) -> _Ref:
         if self._handle is None:
             raise ClosedError("adapter")
-        return self._handle.ptr
+        return _ref(self._handle)
 
     @property
     def max_rank(self) -> int:
@@ -211,6 +222,9 @@ class Model:
     block) unmaps it once no session uses it."""
 
     def __init__(self, path: str, *, threads: int = 0, tokenizer: Optional[str] = None):
+        if not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an int >= 0 (0: one per hardware thread), not "
+                             f"{threads!r}")
         params = N.ModelParams()
         N.model_params_init(ctypes.byref(params), ctypes.sizeof(params))
         tok = _utf8(str(tokenizer), "tokenizer") if tokenizer is not None else None
@@ -221,9 +235,6 @@ class Model:
                           ctypes.byref(err))
         _check(st, err)
         self._handle: Optional[_Handle] = _Handle(out.value, N.model_free)
-        if not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"threads must be an int >= 0 (0: one per hardware thread), not "
-                             f"{threads!r}")
         self.threads = threads
         self.path = str(path)
 
@@ -233,10 +244,10 @@ class Model:
         thread)."""
         return cls(path, threads=threads, tokenizer=tokenizer)
 
-    def _ptr(self) -> int:
+    def _ptr(self) -> _Ref:
         if self._handle is None:
             raise ClosedError("model")
-        return self._handle.ptr
+        return _ref(self._handle)
 
     def close(self) -> None:
         """Makes the model unusable; its mapping goes when its last session is closed."""
@@ -355,13 +366,16 @@ class Session:
         self._adapters: tuple = ()
         self._vocab = N.model_vocab_size(model._ptr())
 
-    def _ptr(self) -> int:
+    def _ptr(self) -> _Ref:
         if self._handle is None:
             raise ClosedError("session")
-        return self._handle.ptr
+        return _ref(self._handle)
 
     def close(self) -> None:
-        """Makes the session unusable; its memory goes when no logits view refers to it."""
+        """Makes the session unusable, cancelling a call running on it in another thread; its
+        memory goes when that call has returned and no logits view refers to it."""
+        if self._handle is not None:
+            N.session_cancel(self._handle.ptr)
         self._handle = None
 
     @property
@@ -393,7 +407,7 @@ class Session:
         of them; [] removes them. The same set as before keeps the context."""
         items = _adapter_items(adapters)
         n = len(items)
-        ptrs = (ctypes.c_void_p * max(n, 1))(*[a._ptr() for a, _ in items])
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[a._ptr().value for a, _ in items])
         scales = (ctypes.c_float * max(n, 1))(*[s for _, s in items])
         err = N.Error()
         _check(N.session_set_adapters(self._ptr(), ptrs, scales, n, ctypes.byref(err)), err)
@@ -603,14 +617,14 @@ class Session:
             raise ValueError("ids must be a flat sequence of token ids")
         ptr = ctypes.POINTER(ctypes.c_float)()
         err = N.Error()
-        handle = self._handle if self._handle is not None else None
-        st = N.session_eval(self._ptr(), ids_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+        ref = self._ptr()
+        st = N.session_eval(ref, ids_arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                             len(ids_arr), ctypes.byref(ptr), ctypes.byref(err))
         _check(st, err)
         view = np.ctypeslib.as_array(ptr, shape=(self._vocab,))
         if copy:
             return view.copy()
-        view = _Owned(view, handle)
+        view = _Owned(view, ref.handle)
         view.flags.writeable = False
         return view
 

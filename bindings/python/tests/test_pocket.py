@@ -135,6 +135,29 @@ def test_cancel_from_another_thread_stops_within_a_token(stories):
     assert s.generate(PROMPT, max_tokens=4, temperature=0).n_generated_tokens == 4
 
 
+def test_close_from_another_thread_during_a_generation(stories):
+    s = stories.session()
+    three = threading.Event()
+    count = [0]
+    results = []
+
+    def on_text(piece):
+        count[0] += 1
+        if count[0] == 3:
+            three.set()
+            time.sleep(0.05)
+
+    t = threading.Thread(target=lambda: results.append(
+        s.generate(PROMPT, max_tokens=250, temperature=0, on_text=on_text)))
+    t.start()
+    three.wait(10)
+    s.close()  # the running call keeps the native session until it returns
+    t.join()
+    assert results and results[0].stop_reason == pocket.StopReason.CANCELLED
+    with pytest.raises(pocket.ClosedError):
+        s.generate(PROMPT)
+
+
 def test_generation_releases_the_gil(stories):
     s = stories.session(threads=1)
     ticks = [0]
