@@ -498,7 +498,8 @@ jbyteArray SessionLoad(JNIEnv* env, jclass, jlong session, jbyteArray path) {
     size_t n = 0;
     pocket_error err;
     pocket_status st = pocket_session_load(s, p.c_str(), data.data(), data.size(), &n, &err);
-    if (st == POCKET_ERR_BUFFER_TOO_SMALL) {
+    // Again while the file grows between the calls (another writer renaming a new save over it).
+    for (int tries = 0; st == POCKET_ERR_BUFFER_TOO_SMALL && tries < 3; ++tries) {
       data.resize(n);
       st = pocket_session_load(s, p.c_str(), data.data(), data.size(), &n, &err);
     }
@@ -696,14 +697,15 @@ jobjectArray Classify(JNIEnv* env, jclass, jlong session, jbyteArray prompt, job
     const auto count = static_cast<jsize>(n);
     std::vector<jlong> indices;
     std::vector<jdouble> values;
+    // Each allocation checked before the next: no JNI call with an OutOfMemoryError pending.
     jlongArray index_array = env->NewLongArray(count);
+    if (index_array == nullptr) return nullptr;
     jdoubleArray value_array = env->NewDoubleArray(3 * count);
+    if (value_array == nullptr) return nullptr;
     jobjectArray label_array = env->NewObjectArray(count, g_classes.byte_array, nullptr);
+    if (label_array == nullptr) return nullptr;
     jobjectArray out = env->NewObjectArray(3, g_classes.object, nullptr);
-    if (index_array == nullptr || value_array == nullptr || label_array == nullptr ||
-        out == nullptr) {
-      return nullptr;
-    }
+    if (out == nullptr) return nullptr;
     for (size_t i = 0; i < n; ++i) {
       indices.push_back(static_cast<jlong>(scores[i].index));
       values.push_back(scores[i].logit);

@@ -127,6 +127,10 @@ public final class Session extends NativeResource {
     try {
       text = NativeLib.generate(h, prompt, roles, contents, o.ints, o.floats, o.seed(), stops,
           choices, regex, schema, grammar, spanSource, spec, sink, longs, doubles);
+    } catch (Throwable nativeError) {
+      // The listener's exception, when there is one, is the cause: it stopped the generation.
+      if (sink != null) sink.rethrowWithSuppressed(nativeError);
+      throw nativeError;
     } finally {
       exit();
     }
@@ -177,6 +181,9 @@ public final class Session extends NativeResource {
 
   private CandidateScore[] score(byte[] prompt, byte[][] roles, byte[][] contents,
       boolean enableThinking, String[] candidates) {
+    if (candidates != null && candidates.length == 0) {
+      throw new IllegalArgumentException("score needs at least one candidate");
+    }
     byte[][] c = Utf8.cStrings(candidates, "candidates");
     long[] indexAndTokens = new long[2 * c.length];
     double[] logprobAndProbability = new double[2 * c.length];

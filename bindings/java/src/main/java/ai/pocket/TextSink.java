@@ -22,6 +22,14 @@ final class TextSink {
     }
   }
 
+  // The native call failed after the listener had thrown: the listener's exception is thrown,
+  // carrying the native failure as suppressed (nothing is lost).
+  void rethrowWithSuppressed(Throwable nativeError) {
+    if (error == null) return;
+    if (error != nativeError) error.addSuppressed(nativeError);
+    rethrow();
+  }
+
   void rethrow() {
     if (error == null) return;
     if (error instanceof RuntimeException) throw (RuntimeException) error;
