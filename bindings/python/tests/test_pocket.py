@@ -372,3 +372,13 @@ def test_classify_with_a_head_equals_cli(work):
         for a, b in zip(ours, ranked):
             assert abs(a.probability - b["probability"]) <= 1e-6
         assert abs(sum(l.probability for l in ours) - 1.0) < 1e-9
+
+
+def test_speculative_decoding_is_lossless(any_model):
+    model, _ = any_model
+    s = model.session()
+    prompt = PROMPT + ", there was a little girl. " * 3 + PROMPT
+    plain = s.generate(prompt, max_tokens=24, temperature=0)
+    spec = s.generate(prompt, max_tokens=24, temperature=0, spec="lookup", draft_max=8)
+    assert spec.text == plain.text
+    assert spec.n_verify_passes > 0 and spec.n_drafted_tokens >= spec.n_accepted_draft_tokens
