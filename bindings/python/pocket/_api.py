@@ -132,6 +132,31 @@ def _strings(values: Optional[Sequence[str]], what: str) -> tuple[Any, int, list
     return arr, len(encoded), encoded
 
 
+class _Native:
+    """What Model, Session and Adapter share: a native handle, the ClosedError once it is
+    dropped, and the context-manager protocol."""
+    _what = "object"
+    _handle: Optional[_Handle] = None
+
+    def _ptr(self) -> _Ref:
+        if self._handle is None:
+            raise ClosedError(self._what)
+        return _ref(self._handle)
+
+    def close(self) -> None:
+        self._handle = None
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @dataclass
 class GenerateResult:
     """What a generation produced: its text and why and how it stopped."""
@@ -172,9 +197,10 @@ class LabelScore:
     probability: float
 
 
-class Adapter:
+class Adapter(_Native):
     """A LoRA adapter (PEFT directory, llama.cpp LoRA .gguf or pocket adapter package), loaded
     once for a model and usable by any number of sessions, each with its own scale."""
+    _what = "adapter"
 
     def __init__(self, model: "Model", path: str):
         err = N.Error()
@@ -184,11 +210,6 @@ class Adapter:
         _check(st, err)
         self._handle: Optional[_Handle] = _Handle(out.value, N.adapter_free, model._handle)
         self.path = str(path)
-
-    def _ptr(self) -> _Ref:
-        if self._handle is None:
-            raise ClosedError("adapter")
-        return _ref(self._handle)
 
     @property
     def max_rank(self) -> int:
@@ -206,20 +227,15 @@ class Adapter:
         """Releases the adapter (its memory goes when no session uses it any more)."""
         self._handle = None
 
-    def __enter__(self) -> "Adapter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 AdapterSpec = Union[Adapter, tuple, Sequence[Union[Adapter, tuple]]]
 
 
-class Model:
+class Model(_Native):
     """A loaded model: a .pocket package, a GGUF file, a Hugging Face directory or a llama2.c
     checkpoint (with `tokenizer=`). The file is memory-mapped; close() (or leaving a `with`
     block) unmaps it once no session uses it."""
+    _what = "model"
 
     def __init__(self, path: str, *, threads: int = 0, tokenizer: Optional[str] = None):
         if not isinstance(threads, int) or threads < 0:
@@ -244,24 +260,9 @@ class Model:
         thread)."""
         return cls(path, threads=threads, tokenizer=tokenizer)
 
-    def _ptr(self) -> _Ref:
-        if self._handle is None:
-            raise ClosedError("model")
-        return _ref(self._handle)
-
     def close(self) -> None:
         """Makes the model unusable; its mapping goes when its last session is closed."""
         self._handle = None
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def vocab_size(self) -> int:
@@ -344,9 +345,10 @@ class Model:
         return Adapter(self, path)
 
 
-class Session:
+class Session(_Native):
     """One conversation: its KV cache, kept between calls for the common prefix. Calls on one
     session are serialised by the caller; cancel() may come from any thread."""
+    _what = "session"
 
     def __init__(self, model: Model, *, threads: int = 0, n_ctx: int = 0, n_batch: int = 0):
         params = N.SessionParams()
@@ -366,27 +368,12 @@ class Session:
         self._adapters: tuple = ()
         self._vocab = N.model_vocab_size(model._ptr())
 
-    def _ptr(self) -> _Ref:
-        if self._handle is None:
-            raise ClosedError("session")
-        return _ref(self._handle)
-
     def close(self) -> None:
         """Makes the session unusable, cancelling a call running on it in another thread; its
         memory goes when that call has returned and no logits view refers to it."""
         if self._handle is not None:
             N.session_cancel(self._handle.ptr)
         self._handle = None
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def threads(self) -> int:
