@@ -312,7 +312,7 @@ struct KernelTable {
   // byte, so the reads cannot be optimized away;
   uint64_t (*stream_read)(const uint8_t* data, size_t n_bytes);
   // the same bytes read as two halves at once with software prefetch a few KB ahead of each (the
-  // x86 decode kernels' pattern: AVX-512 2 KB ahead, AVX2 4 KB; null where the table has none).
+  // x86 decode kernels' pattern: 4 KB ahead; null where the table has none).
   // Plain sequential reads are the usual stream figure; on the development machine this one
   // streams more;
   uint64_t (*stream_read_prefetched)(const uint8_t* data, size_t n_bytes) = nullptr;

@@ -218,7 +218,7 @@ void PanelRange(const PackedMatrix& w, const PanelGeometry& geo, const Quantized
   }
 }
 
-constexpr size_t kPrefetchBytes = 2048;
+constexpr size_t kPrefetchBytes = 4096;
 // Weight bytes of the panels a many-token matmul keeps in cache at once.
 constexpr size_t kGemmChunkBytes = size_t{32} << 10;
 
@@ -236,9 +236,16 @@ inline void DecodeTwoPanels(const PanelGeometry& geo, const uint8_t* p0, const u
     // Software prefetch a few KB ahead on both streams (the hardware prefetcher alone leaves
     // bandwidth unused when it has to find two streams after every matrix switch), one line per
     // stream per code vector, spread through the dot products rather than a whole group's lines
-    // in one burst (+2 to 4% decode, interleaved A/B runs).
-    const char* pf0 = reinterpret_cast<const char*>(b0 + kPrefetchBytes);
-    const char* pf1 = reinterpret_cast<const char*>(b1 + kPrefetchBytes);
+    // in one burst (+2 to 4% decode, interleaved A/B runs). 4 KB ahead, and past its panel's end
+    // each stream prefetches the same point of the next pair's panel, as the AVX2 kernel: on a
+    // Zen 5 EPYC the 2 KB distance without the next pair left a third of the bandwidth unused
+    // (1-thread decode 111-125 -> 162-177 tok/s, docs/benchmarks.md).
+    const size_t group_off = static_cast<size_t>(g) * geo.group_bytes;
+    const size_t ahead = group_off + kPrefetchBytes < geo.panel_bytes
+                             ? kPrefetchBytes
+                             : kPrefetchBytes + geo.panel_bytes;
+    const char* pf0 = reinterpret_cast<const char*>(b0 + ahead);
+    const char* pf1 = reinterpret_cast<const char*>(b1 + ahead);
     const int8_t* ag = aq + g * geo.group;
     __m512i i0a = _mm512_setzero_si512(), i0b = i0a, i1a = i0a, i1b = i0a;
     size_t prefetched = 0;  // bytes of this group's stretch prefetched so far
