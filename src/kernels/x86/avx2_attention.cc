@@ -104,22 +104,28 @@ void ScoreBlock(const AttentionTask& task, const float* q, int64_t b, uint32_t l
     const int32_t hh = h0 + h;
     const __m256 sc_lo = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s[2 * h], scale_lo), flo);
     const __m256 sc_hi = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s[2 * h + 1], scale_hi), fhi);
-    const float block_max = HorizontalMax(_mm256_max_ps(sc_lo, sc_hi));
-    const float new_max = block_max > st.run_max[hh] ? block_max : st.run_max[hh];
-    const float correction = expf(st.run_max[hh] - new_max);
-    const __m256 vmax = _mm256_set1_ps(new_max);
-    const __m256 p_lo = _mm256_and_ps(flo, Exp(_mm256_sub_ps(sc_lo, vmax)));
-    const __m256 p_hi = _mm256_and_ps(fhi, Exp(_mm256_sub_ps(sc_hi, vmax)));
-    st.run_sum[hh] = st.run_sum[hh] * correction + HorizontalAdd(_mm256_add_ps(p_lo, p_hi));
-    st.run_max[hh] = new_max;
-    _mm256_storeu_ps(st.probs + hh * 16, _mm256_mul_ps(p_lo, vs_lo));
-    _mm256_storeu_ps(st.probs + hh * 16 + 8, _mm256_mul_ps(p_hi, vs_hi));
-    if (correction != 1.0f) {
-      const __m256 vc = _mm256_set1_ps(correction);
+    // The maximum is only reduced when some score passes the running one (rare after the first
+    // blocks), as the AVX-512 kernel does: otherwise the correction is exactly 1, and the
+    // horizontal maximum and the scalar exp are skipped. The same bits as reducing every block:
+    // the sum stays one float per head, added to block by block in the same order (a lane-wise
+    // sum, as AVX-512 keeps, rounds differently when the same positions sit in other lanes, and
+    // a session's scores would then depend on how its candidates were laid out).
+    const __m256 block = _mm256_max_ps(sc_lo, sc_hi);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(block, _mm256_set1_ps(st.run_max[hh]), _CMP_GT_OQ)) != 0) {
+      const float block_max = HorizontalMax(block);
+      const __m256 vc = _mm256_set1_ps(expf(st.run_max[hh] - block_max));
+      st.run_sum[hh] *= _mm256_cvtss_f32(vc);
+      st.run_max[hh] = block_max;
       float* a = st.acc + hh * hd;
       for (int32_t c = 0; c < hd; c += 8)
         _mm256_storeu_ps(a + c, _mm256_mul_ps(_mm256_loadu_ps(a + c), vc));
     }
+    const __m256 vmax = _mm256_set1_ps(st.run_max[hh]);
+    const __m256 p_lo = _mm256_and_ps(flo, Exp(_mm256_sub_ps(sc_lo, vmax)));
+    const __m256 p_hi = _mm256_and_ps(fhi, Exp(_mm256_sub_ps(sc_hi, vmax)));
+    st.run_sum[hh] += HorizontalAdd(_mm256_add_ps(p_lo, p_hi));
+    _mm256_storeu_ps(st.probs + hh * 16, _mm256_mul_ps(p_lo, vs_lo));
+    _mm256_storeu_ps(st.probs + hh * 16 + 8, _mm256_mul_ps(p_hi, vs_hi));
   }
 }
 
