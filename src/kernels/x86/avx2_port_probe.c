@@ -6,7 +6,8 @@
 // pre-expanded (32 bytes per 4 columns), with no unpacking and no epilogue: the most that step can
 // give. A standalone program, not part of the library (a probe, not a kernel; the suite only
 // compiles it):
-//   gcc -O2 -mavx2 -o /tmp/avx2_port_probe src/kernels/x86/avx2_port_probe.c && /tmp/avx2_port_probe
+//   gcc -O2 -mavx2 -o /tmp/avx2_port_probe src/kernels/x86/avx2_port_probe.c &&
+//   /tmp/avx2_port_probe
 // The clock is measured by a chain of dependent scalar adds (one a cycle).
 #include <immintrin.h>
 #include <stdint.h>
@@ -78,24 +79,19 @@ static double RowStep(int expanded, double ghz) {
 #define ROW(s, k, A)                                       \
   s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, A(k))); \
   s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi, A((k) + 8)))
+#define EIGHT_ROWS(A) \
+  ROW(s0, 0, A);      \
+  ROW(s1, 1, A);      \
+  ROW(s2, 2, A);      \
+  ROW(s3, 3, A);      \
+  ROW(s4, 4, A);      \
+  ROW(s5, 5, A);      \
+  ROW(s6, 6, A);      \
+  ROW(s7, 7, A)
     if (expanded) {
-      ROW(s0, 0, WIDE);
-      ROW(s1, 1, WIDE);
-      ROW(s2, 2, WIDE);
-      ROW(s3, 3, WIDE);
-      ROW(s4, 4, WIDE);
-      ROW(s5, 5, WIDE);
-      ROW(s6, 6, WIDE);
-      ROW(s7, 7, WIDE);
+      EIGHT_ROWS(WIDE);
     } else {
-      ROW(s0, 0, BCAST);
-      ROW(s1, 1, BCAST);
-      ROW(s2, 2, BCAST);
-      ROW(s3, 3, BCAST);
-      ROW(s4, 4, BCAST);
-      ROW(s5, 5, BCAST);
-      ROW(s6, 6, BCAST);
-      ROW(s7, 7, BCAST);
+      EIGHT_ROWS(BCAST);
     }
     __asm__ volatile(""
                      : "+x"(s0), "+x"(s1), "+x"(s2), "+x"(s3), "+x"(s4), "+x"(s5), "+x"(s6),
