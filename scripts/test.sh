@@ -10,7 +10,7 @@
 #   4. ThreadSanitizer build of the runtime's multi-threaded tests (sessions on many threads, the
 #      engine with cancellation from others, the shared prefix cache),
 #   5. libFuzzer targets (clang, ASan) for the file parsers, each for a bounded time.
-# Environment: POCKET_FUZZ_SECONDS (default 40 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS,
+# Environment: POCKET_FUZZ_SECONDS (default 20 per target), POCKET_SKIP_DEBUG=1, POCKET_JOBS,
 # POCKET_KERNELS (a table for the whole run instead of the best one).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -84,9 +84,9 @@ for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$root/build-tsan/bin/$t" --gtest_brief=1
 done
 
-step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-40} s per target)"
+step "fuzzing (libFuzzer + ASan, ${POCKET_FUZZ_SECONDS:-20} s per target)"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$jobs"
-"$root/tests/fuzz/run_fuzzers.sh" "$root/build-fuzz" "${POCKET_FUZZ_SECONDS:-40}"
+"$root/tests/fuzz/run_fuzzers.sh" "$root/build-fuzz" "${POCKET_FUZZ_SECONDS:-20}"
 
 step "all tests passed"
